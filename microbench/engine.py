@@ -1,0 +1,161 @@
+"""The measurement of one (benchmark, size): first call, warmup, timed iterations, check.
+
+Timing: ``time.perf_counter_ns`` (CLOCK_MONOTONIC). In the default lean loop one clock read separates
+consecutive iterations, so iteration i's time is t[i+1] - t[i] and nothing else runs between calls. With
+``--sync barrier`` (OMB's pattern) or ``--check``, untimed work runs between iterations and each
+iteration is timed by a read before and after the call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from microbench.collectives import Collective, Context
+
+LARGE_MESSAGE_BYTES = 8192  #: above this size the smaller "large" iteration counts apply (as OMB)
+
+#: (iterations, warmup) for small and large messages, OMB's defaults per benchmark family.
+DEFAULT_COUNTS = {
+    "latency": ((10000, 100), (1000, 10)),
+    "stream": ((100, 10), (20, 2)),
+    "collective": ((1000, 100), (100, 10)),
+}
+
+
+def default_counts(coll: Collective, size_bytes: int) -> tuple[int, int]:
+    """OMB's default (iterations, warmup) for this benchmark at this size."""
+    family = "collective"
+    if coll.point_to_point:
+        family = "latency" if coll.name == "latency" else "stream"
+    small, large = DEFAULT_COUNTS[family]
+    return large if size_bytes > LARGE_MESSAGE_BYTES else small
+
+
+class PythonLoop:
+    """The timed loop in Python: calls pre-bound callables, one clock read per iteration."""
+
+    kind = "python"
+
+    def run(self, calls: Sequence[Callable[[], None]], iters: int, start: int = 0,
+            between: Callable[[], None] | None = None) -> np.ndarray:
+        """Run ``iters`` iterations (slot i uses ``calls[(start + i) % len(calls)]``); durations in ns."""
+        if iters <= 0:
+            return np.empty(0, dtype=np.int64)
+        clock = time.perf_counter_ns
+        ncalls = len(calls)
+        if between is None:
+            stamps = [0] * (iters + 1)
+            if ncalls == 1:
+                call = calls[0]
+                stamps[0] = clock()
+                for i in range(1, iters + 1):
+                    call()
+                    stamps[i] = clock()
+            else:
+                sequence = itertools.islice(itertools.cycle(calls), start % ncalls, start % ncalls + iters)
+                stamps[0] = clock()
+                i = 1
+                for call in sequence:
+                    call()
+                    stamps[i] = clock()
+                    i += 1
+            return np.diff(np.asarray(stamps, dtype=np.int64))
+        out = np.empty(iters, dtype=np.int64)
+        for i in range(iters):
+            call = calls[(start + i) % ncalls]
+            between()
+            t0 = clock()
+            call()
+            out[i] = clock() - t0
+        return out
+
+
+@dataclass
+class Measurement:
+    """What one rank measured at one size."""
+
+    samples_us: np.ndarray | None  #: per-iteration latency (None on ranks that do not time)
+    first_call_us: float | None
+    iterations: int
+    warmup: int
+    check_errors: int | None  #: mismatched elements over all checked iterations (None: not checked)
+
+
+@dataclass
+class LoopSettings:
+    """How to time: counts, sync, check, time budget."""
+
+    iterations: int
+    warmup: int
+    check: bool = False
+    sync_barrier: bool = False
+    time_budget_s: float | None = None
+
+
+def _corrupt_hook(coll_name: str, size_bytes: int, rank: int) -> bool:
+    """Test-only: MICROBENCH_TEST_CORRUPT=rank:benchmark:size corrupts received data on that rank."""
+    spec = os.environ.get("MICROBENCH_TEST_CORRUPT")
+    if not spec:
+        return False
+    want_rank, want_coll, want_size = spec.split(":")
+    return int(want_rank) == rank and want_coll == coll_name and int(want_size) == size_bytes
+
+
+def _result_array(b):
+    return b.recv if b.recv is not None else b.send
+
+
+def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settings: LoopSettings,
+            barrier: Callable[[], None], agree_max: Callable[[float], float], size_bytes: int,
+            timing: bool) -> Measurement:
+    """Measure one size on this rank. ``calls[i]`` runs one iteration on ``slots[i]``.
+
+    ``agree_max`` returns the maximum of a value over all ranks (used to agree on an iteration count
+    under a time budget); ``timing`` says whether this rank's samples count.
+    """
+    for i, slot in enumerate(slots):
+        coll.fill(slot, ctx, 0)
+    per_iteration = coll.per_iteration(ctx.window)
+
+    barrier()
+    first = loop.run(calls, 1, start=0)
+    first_us = float(first[0]) / 1e3 / per_iteration
+
+    warmup = settings.warmup
+    warm = loop.run(calls, warmup, start=1)
+    iterations = settings.iterations
+    if settings.time_budget_s is not None:
+        extra = max(0, 3 - len(warm))
+        if extra:
+            warm = np.concatenate([warm, loop.run(calls, extra, start=1 + warmup)])
+            warmup += extra
+        estimate_s = agree_max(float(np.mean(warm)) / 1e9)
+        iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
+
+    barrier()
+    errors = None
+    if settings.check:
+        errors = 0
+        durations = np.empty(iterations, dtype=np.int64)
+        corrupt = _corrupt_hook(coll.name, size_bytes, ctx.rank)
+        for i in range(iterations):
+            k = i % len(slots)
+            coll.fill(slots[k], ctx, i)
+            if settings.sync_barrier:
+                barrier()
+            durations[i] = loop.run(calls, 1, start=k)[0]
+            if corrupt:
+                target = _result_array(slots[k])
+                target.reshape(-1).view(np.uint8)[-1] ^= 0xFF
+            errors += coll.verify(slots[k], ctx, i)
+    else:
+        durations = loop.run(calls, iterations, start=0, between=barrier if settings.sync_barrier else None)
+
+    samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
+    return Measurement(samples, first_us if timing else None, iterations, warmup, errors)

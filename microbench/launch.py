@@ -1,0 +1,129 @@
+"""Who am I: rank discovery from the launcher's environment, and self-launch of local ranks.
+
+Read before MPI is initialised, so that errors can be printed by rank 0 only and so that
+``--np N`` can start N ranks with the mpiexec that belongs to the installed MPI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass
+
+#: (rank, size, local rank, local size) variables of each launcher, most specific first.
+_LAUNCHER_VARS = (
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("pmix", "PMIX_RANK", None, None, None),
+    ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None),
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """Where this process sits in the job, as the launcher told it (before any MPI call)."""
+
+    launcher: str | None  #: openmpi, pmix, mpich, slurm, torchrun, or None when started alone
+    rank: int
+    size: int | None  #: None when the launcher does not say (PMIx without a size variable)
+    local_rank: int | None
+    local_size: int | None
+    host: str
+
+    @property
+    def under_launcher(self) -> bool:
+        return self.launcher is not None
+
+
+def _int_env(name: str | None, env: dict) -> int | None:
+    if not name or name not in env:
+        return None
+    try:
+        return int(env[name])
+    except ValueError:
+        return None
+
+
+def _under_srun_step(env: dict) -> bool:
+    # The batch script of sbatch has SLURM_PROCID too; only tasks of an srun step have SLURM_STEP_ID
+    # other than the batch/extern steps, and SLURM_STEPID is set there as well.
+    step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID"))
+    return step is not None and step not in ("batch", "extern", "4294967294", "4294967295")
+
+
+def discover(env: dict | None = None) -> LaunchInfo:
+    """Read rank, size and local rank from the environment of mpiexec, srun or torchrun."""
+    env = os.environ if env is None else env
+    host = socket.gethostname()
+    for name, rank_var, size_var, local_var, local_size_var in _LAUNCHER_VARS:
+        if rank_var not in env:
+            continue
+        if name == "slurm" and not _under_srun_step(env):
+            continue
+        if name == "torchrun" and "TORCHELASTIC_RUN_ID" not in env and "MASTER_ADDR" not in env:
+            continue
+        rank = _int_env(rank_var, env)
+        if rank is None:
+            continue
+        local_rank = _int_env(local_var, env)
+        if local_rank is None:
+            for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"):
+                local_rank = _int_env(var, env)
+                if local_rank is not None:
+                    break
+        return LaunchInfo(name, rank, _int_env(size_var, env), local_rank, _int_env(local_size_var, env), host)
+    return LaunchInfo(None, 0, 1, 0, 1, host)
+
+
+def is_rank0(env: dict | None = None) -> bool:
+    """True on the process that should print (rank 0, or a process started alone)."""
+    return discover(env).rank == 0
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def mpiexec_command(mpi_prefix: str | None, abi: str, nranks: int) -> tuple[list[str], dict[str, str]]:
+    """The mpiexec that belongs to the loaded MPI, its arguments for ``nranks`` local ranks, and env additions.
+
+    ``mpi_prefix`` is the installation prefix of the loaded libmpi (``<prefix>/lib/libmpi.so``);
+    its ``bin/mpiexec`` is used so that the launcher always matches the library.
+    """
+    exe = None
+    if mpi_prefix:
+        candidate = os.path.join(mpi_prefix, "bin", "mpiexec")
+        if os.access(candidate, os.X_OK):
+            exe = candidate
+    if exe is None:
+        exe = shutil.which("mpiexec") or shutil.which("mpirun")
+    if exe is None:
+        raise FileNotFoundError("no mpiexec found beside the MPI library or on PATH")
+    args = [exe, "-n", str(nranks)]
+    extra_env: dict[str, str] = {}
+    if abi == "openmpi":
+        if os.geteuid() == 0:
+            extra_env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            extra_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        if nranks > cpu_count():
+            extra_env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"
+        # The libfabric transport is not needed between local ranks and makes MPI_Init take ~1 s.
+        if "OMPI_MCA_btl" not in os.environ:
+            extra_env["OMPI_MCA_btl"] = "^ofi"
+        if "OMPI_MCA_mtl" not in os.environ:
+            extra_env["OMPI_MCA_mtl"] = "^ofi"
+    elif abi == "mpich" and nranks <= cpu_count():
+        args += ["-bind-to", "core"]
+    return args, extra_env
+
+
+def self_launch_argv(argv: list[str]) -> list[str]:
+    """The command each launched rank runs: this Python, this package, the same verb and options."""
+    return [sys.executable, "-m", "microbench", *argv]

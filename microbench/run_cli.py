@@ -1,0 +1,65 @@
+"""Measure benchmarks over a message-size sweep (OMB-style options).
+
+Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
+reduce, alltoall, bibw; 'all' runs every one. Under mpiexec, srun or torchrun the ranks the launcher
+started are used; alone, --np N starts N local ranks with the mpiexec of the installed MPI.
+
+Sizes are bytes per rank as the README defines them (allgather/alltoall: each rank's block;
+reduce_scatter: each rank's input). Latency is in microseconds, bandwidth in GB/s (1e9 B/s):
+algbw = S / avg latency and busbw = algbw x factor, as nccl-tests defines S and the factor.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from microbench.buffers import HUGE_PAGE_POLICIES
+from microbench.dtypes import DTYPES, OPS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("benchmarks", nargs="*", metavar="BENCH",
+                   help="benchmarks to run (default: allreduce allgather reduce_scatter broadcast latency bw; "
+                        "'all' adds reduce, alltoall, bibw)")
+    g = p.add_argument_group("sweep")
+    g.add_argument("-m", "--sizes", default="1:1M", metavar="SIZES",
+                   help="message sizes: MIN:MAX doubling, K/M/G suffixes (powers of 2), comma lists; "
+                        "e.g. 8:1M or 8,4K,1M (default 1:1M)")
+    g.add_argument("-i", "--iterations", type=int, metavar="N",
+                   help="timed iterations at every size (default as OMB: latency 10000/1000, bw 100/20, "
+                        "collectives 1000/100, the second above 8 KiB)")
+    g.add_argument("-x", "--warmup", type=int, metavar="N",
+                   help="untimed warmup iterations at every size (default as OMB: 100/10, bw 10/2)")
+    g.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="instead of -i: choose each size's iteration count to take about this long")
+    g.add_argument("--np", type=int, metavar="N",
+                   help="start N local ranks with the mpiexec of the installed MPI (when not under a launcher)")
+    g = p.add_argument_group("what is measured")
+    g.add_argument("--dtype", choices=list(DTYPES), metavar="TYPE",
+                   help=f"element type ({', '.join(DTYPES)}); default float32 for reductions, uint8 otherwise")
+    g.add_argument("--op", default="sum", choices=list(OPS), help="reduction operation (default sum)")
+    g.add_argument("-c", "--check", action="store_true",
+                   help="validate received data after every timed iteration (untimed); exit 1 if any size fails")
+    g.add_argument("--in-place", action="store_true", help="in-place allreduce, allgather, reduce_scatter")
+    g.add_argument("--root", type=int, default=0, metavar="RANK", help="root of broadcast and reduce (default 0)")
+    g.add_argument("-W", "--window", type=int, default=64, metavar="N",
+                   help="messages in flight per iteration for bw and bibw (default 64, as osu_bw)")
+    g.add_argument("--sync", choices=("none", "barrier"), default="none",
+                   help="none: back-to-back iterations (default); barrier: OMB's barrier between "
+                        "iterations, outside the timing")
+    g.add_argument("--huge-pages", choices=HUGE_PAGE_POLICIES, default="system",
+                   help="transparent huge pages for buffers: system (kernel default, as a C benchmark's "
+                        "malloc), on (madvise), off (never); recorded with results (default system)")
+    g.add_argument("--backend", choices=("mpi",), default="mpi", help="transport (default mpi)")
+    g.add_argument("--loop", choices=("python",), default="python", help="timed loop implementation")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", metavar="FILE.jsonl", help="append JSON Lines records (flushed after each size)")
+    g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")
+    g.add_argument("--samples", metavar="FILE",
+                   help="also write every rank's raw per-iteration latencies (JSON Lines, gathered to rank 0)")
+
+
+def main(args) -> int:
+    from microbench import runner
+
+    return runner.run(args, args._argv)

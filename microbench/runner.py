@@ -1,0 +1,582 @@
+"""``microbench run``: validate, agree across ranks, sweep sizes per benchmark, write records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+import microbench
+from microbench import agree, buffers, engine, launch, stats
+from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, Context, check_max_value, \
+    get_collective, pair_of, participates
+from microbench.dtypes import OPS, DType, get_dtype
+from microbench.errors import RunError, UsageError
+from microbench.records import SCHEMA_VERSION, Output
+from microbench.report import Table
+from microbench.sizes import format_bytes, format_size, parse_sizes
+
+#: Environment variables that tune the transports; recorded with every run.
+_ENV_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "MPIR_CVAR_", "MPICH_", "UCX_", "FI_", "I_MPI_", "NCCL_",
+                 "GLOO_", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "MICROBENCH_")
+_MEMORY_HEADROOM = 0.9  #: use at most this share of MemAvailable
+
+
+@dataclass
+class RunOptions:
+    """Everything that decides what a run measures (identical on every rank)."""
+
+    benchmarks: list[str]
+    sizes: list[int]
+    iterations: int | None = None
+    warmup: int | None = None
+    time_budget: float | None = None
+    dtype: str | None = None
+    op: str = "sum"
+    check: bool = False
+    in_place: bool = False
+    sync: str = "none"
+    window: int = 64
+    root: int = 0
+    huge_pages: str = "system"
+    backend: str = "mpi"
+    loop: str = "python"
+    out: str | None = None
+    csv: str | None = None
+    samples: str | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "RunOptions":
+        names = args.benchmarks or list(DEFAULT_BENCHMARKS)
+        if names == ["all"]:
+            names = list(COLLECTIVES)
+        benchmarks = []
+        for name in names:
+            coll = get_collective(name)
+            if coll.name not in benchmarks:
+                benchmarks.append(coll.name)
+        sizes = parse_sizes(args.sizes)
+        if args.dtype:
+            get_dtype(args.dtype)
+        if args.op not in OPS:
+            raise UsageError(f"unknown op {args.op!r}: choose from {', '.join(OPS)}")
+        for flag, value in (("--iterations", args.iterations), ("--window", args.window)):
+            if value is not None and value < 1:
+                raise UsageError(f"{flag} must be at least 1 (got {value})")
+        if args.warmup is not None and args.warmup < 0:
+            raise UsageError(f"--warmup must be 0 or more (got {args.warmup})")
+        if args.time_budget is not None and args.time_budget <= 0:
+            raise UsageError(f"--time-budget must be positive seconds (got {args.time_budget})")
+        if args.time_budget is not None and args.iterations is not None:
+            raise UsageError("--time-budget and --iterations both choose the iteration count; give one")
+        if args.in_place:
+            cannot = [b for b in benchmarks if not COLLECTIVES[b].in_place_ok]
+            if cannot:
+                raise UsageError(f"--in-place applies to allreduce, allgather and reduce_scatter, not {', '.join(cannot)}")
+        if args.root < 0:
+            raise UsageError(f"--root must be a rank (got {args.root})")
+        return cls(benchmarks=benchmarks, sizes=sizes, iterations=args.iterations, warmup=args.warmup,
+                   time_budget=args.time_budget, dtype=args.dtype, op=args.op, check=args.check,
+                   in_place=args.in_place, sync=args.sync, window=args.window, root=args.root,
+                   huge_pages=args.huge_pages, backend=args.backend, loop=args.loop, out=args.out, csv=args.csv,
+                   samples=args.samples)
+
+    def digest_fields(self) -> dict:
+        """What must agree across ranks (all options, plus the microbench version)."""
+        return {**asdict(self), "microbench_version": microbench.__version__}
+
+
+@dataclass
+class SizePlan:
+    """The buffers and byte counts of one benchmark at one requested size."""
+
+    size_bytes: int  #: effective message size (a whole number of elements)
+    count: int
+    send_count: int
+    recv_count: int
+    io_send_bytes: int
+    io_recv_bytes: int
+
+
+def plan_size(coll: Collective, size: int, nranks: int, dtype: DType, in_place: bool) -> SizePlan | None:
+    """Round ``size`` down to whole elements (and to n blocks for reduce_scatter); None if nothing is left."""
+    count = size // dtype.itemsize
+    count -= count % coll.count_multiple(nranks)
+    if count == 0:
+        return None
+    counts = coll.in_place_counts if (in_place and coll.in_place_counts) else coll.buffer_counts
+    send_count, recv_count = counts(count, nranks)
+    io_send, io_recv = (coll.io_counts or coll.buffer_counts)(count, nranks)
+    return SizePlan(count * dtype.itemsize, count, send_count, recv_count, io_send * dtype.itemsize,
+                    io_recv * dtype.itemsize)
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _relevant_env() -> dict:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+
+
+def _versions() -> dict:
+    out = {"microbench": microbench.__version__, "python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import mpi4py
+
+        out["mpi4py"] = mpi4py.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def self_launch(argv: list[str], nranks: int) -> int:
+    """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command."""
+    from microbench.backends.mpi import import_mpi, library
+
+    MPI = import_mpi(initialize=False)
+    lib = library(MPI)
+    try:
+        cmd, extra_env = launch.mpiexec_command(lib.prefix, lib.abi, nranks)
+    except FileNotFoundError as exc:
+        raise RunError(f"cannot start {nranks} ranks: {exc}") from exc
+    cmd += launch.self_launch_argv(_strip_np(argv))
+    env = {**os.environ, **extra_env, "MICROBENCH_LAUNCHED_BY": "microbench --np"}
+    sys.stdout.flush()
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _strip_np(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--np":
+            skip = True
+            continue
+        if a.startswith("--np="):
+            continue
+        out.append(a)
+    return out
+
+
+def dtype_for(opts: RunOptions, coll: Collective) -> DType:
+    """The element type a benchmark runs with (--dtype, else the benchmark's default)."""
+    return get_dtype(opts.dtype or coll.default_dtype)
+
+
+def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
+    """Checks that need the rank count (no MPI needed): ranks, root, exact --check values, memory."""
+    for name in opts.benchmarks:
+        coll = COLLECTIVES[name]
+        if nranks < coll.min_ranks:
+            raise UsageError(f"{name} needs at least {coll.min_ranks} ranks (this run has {nranks}); "
+                             f"start it with --np {coll.min_ranks} or under mpiexec/srun")
+        if coll.rooted and opts.root >= nranks:
+            raise UsageError(f"--root {opts.root} is not a rank of this {nranks}-rank run")
+        dtype = dtype_for(opts, coll)
+        if opts.check and check_max_value(coll, opts.op, nranks) > dtype.exact_int_limit:
+            raise UsageError(f"--check of {name} with {dtype.name} {opts.op} cannot be exact at {nranks} ranks; "
+                             f"use a wider --dtype")
+    check_memory(opts, nranks, local_ranks)
+
+
+def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan) -> int:
+    """Bytes of buffers one rank maps for one size."""
+    return (plan.send_count + plan.recv_count) * dtype_for(opts, coll).itemsize
+
+
+def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
+    """Fail when the largest buffers of the sweep cannot fit in this host's available memory."""
+    avail = buffers.mem_available_bytes()
+    if avail is None:
+        return
+    worst = None
+    for name in opts.benchmarks:
+        coll = COLLECTIVES[name]
+        for size in opts.sizes:
+            plan = plan_size(coll, size, nranks, dtype_for(opts, coll), opts.in_place)
+            if plan is not None:
+                need = buffer_bytes_per_rank(opts, coll, plan)
+                if worst is None or need > worst[0]:
+                    worst = (need, name, size)
+    if worst is None:
+        return
+    need, name, size = worst
+    host_need = need * local_ranks
+    if host_need > avail * _MEMORY_HEADROOM:
+        raise RunError(
+            f"{name} at {format_size(size)} needs {format_bytes(host_need)} on host {platform.node()} "
+            f"({local_ranks} ranks x {format_bytes(need)} of buffers) but {format_bytes(avail)} is "
+            f"available; lower the largest size (-m)")
+
+
+@dataclass
+class World:
+    """MPI initialised, with a control-plane communicator of its own (every rank creates it first)."""
+
+    MPI: object
+    reducer: object
+    rank: int
+    nranks: int
+
+
+def init_world() -> World:
+    """Initialise MPI and the control plane; collective, the first thing every rank does."""
+    from microbench.backends.mpi import MPIReducer, import_mpi
+
+    MPI = import_mpi()
+    reducer = MPIReducer(MPI.COMM_WORLD.Dup(), MPI)
+    return World(MPI, reducer, reducer.rank, reducer.size)
+
+
+class Session:
+    """One rank's view of a run: communicators, backend, output (rank 0), metadata."""
+
+    def __init__(self, world: World, opts: RunOptions, argv: list[str]):
+        from microbench.backends.mpi import MPIBackend, library
+
+        self.opts = opts
+        self.MPI = world.MPI
+        self.reducer = world.reducer
+        self.bench_comm = self.MPI.COMM_WORLD.Dup()
+        self.backend = MPIBackend(self.bench_comm, self.MPI)
+        self.rank, self.nranks = world.rank, world.nranks
+        self.lib = library(self.MPI)
+        self.argv = argv
+        self.loop = engine.PythonLoop()
+        self.output: Output | None = None
+        self.run_id = None
+
+    # -- setup ------------------------------------------------------------------------------
+    def gather_hosts(self) -> None:
+        info = (platform.node(), _versions(), self.lib.version_string.splitlines()[0] if self.lib.version_string else "")
+        gathered = self.reducer.gather(info)
+        self.hosts_by_rank = None
+        meta = None
+        if self.rank == 0:
+            self.hosts_by_rank = [g[0] for g in gathered]
+            per_host: dict[str, int] = {}
+            for h in self.hosts_by_rank:
+                per_host[h] = per_host.get(h, 0) + 1
+            mismatched = sorted({f"{k}={v}" for g in gathered for k, v in g[1].items() if g[1][k] != gathered[0][1].get(k)}
+                                | {f"mpi={g[2]}" for g in gathered if g[2] != gathered[0][2]})
+            meta = (per_host, self.hosts_by_rank, mismatched)
+        per_host, hosts_by_rank, mismatched = self.reducer.bcast(meta, root=0)
+        self.ranks_per_host, self.hosts_by_rank, self.version_mismatch = per_host, hosts_by_rank, mismatched
+        self.local_ranks = per_host[platform.node()]
+
+    def validate(self) -> None:
+        """Checks that need the rank count or the backend; collective, raises on every rank."""
+        error = None
+        try:
+            validate_for_ranks(self.opts, self.nranks, self.local_ranks)
+            for name in self.opts.benchmarks:
+                coll = COLLECTIVES[name]
+                why = self.backend.check_dtype(dtype_for(self.opts, coll), coll.reduces, self.opts.op)
+                if why:
+                    raise UsageError(f"{name}: {why}")
+        except (UsageError, RunError) as exc:
+            error = exc
+        agree.raise_if_any(self.reducer, error)
+
+    def write_run_record(self) -> None:
+        o = self.opts
+        self.run_id = self.reducer.bcast(uuid.uuid4().hex[:12] if self.rank == 0 else None)
+        if self.rank != 0:
+            return
+        self.output = Output(o.out, o.csv, Table())
+        from microbench.backends.mpi import shadow_warning
+
+        meta = {
+            "type": "run",
+            "schema": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "microbench_version": microbench.__version__,
+            "time_utc": _utc_now(),
+            "command": shlex.join(["microbench", *self.argv]),
+            "backend": o.backend,
+            "ranks": self.nranks,
+            "hosts": list(self.ranks_per_host),
+            "ranks_per_host": self.ranks_per_host,
+            "launcher": launch.discover().launcher,
+            "mpi": {**self.lib.as_record(), "thread_level": "single"},
+            "versions": _versions(),
+            "version_mismatch": self.version_mismatch,
+            "conditions": {
+                "huge_pages": o.huge_pages,
+                "thp": buffers.thp_mode(),
+                "page_size": buffers.page_size(),
+                "timer": "CLOCK_MONOTONIC (time.perf_counter_ns)",
+                "cpu": _cpu_model(),
+                "cpus_per_rank": launch.cpu_count(),
+                "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
+                "env": _relevant_env(),
+            },
+            "options": asdict(o),
+        }
+        self.output.run(meta)
+        warning = shadow_warning(self.lib)
+        if warning:
+            print(f"microbench: warning: {warning}", file=sys.stderr, flush=True)
+            self.output.note(warning)
+        if self.version_mismatch:
+            text = f"library versions differ between ranks: {', '.join(self.version_mismatch)}"
+            print(f"microbench: warning: {text}", file=sys.stderr, flush=True)
+            self.output.note(text)
+
+    # -- measuring --------------------------------------------------------------------------
+    def context(self, coll: Collective) -> Context:
+        o = self.opts
+        peer, initiator = pair_of(self.rank, self.nranks) if coll.point_to_point else (None, False)
+        return Context(rank=self.rank, nranks=self.nranks, op=o.op, root=o.root, in_place=o.in_place,
+                       window=o.window, peer=peer, initiator=initiator)
+
+    def counts(self, coll: Collective, size: int) -> tuple[int, int]:
+        iters, warmup = engine.default_counts(coll, size)
+        if self.opts.iterations is not None:
+            iters = self.opts.iterations
+        if self.opts.warmup is not None:
+            warmup = self.opts.warmup
+        return iters, warmup
+
+    def section_lines(self, coll: Collective, dtype: DType) -> list[str]:
+        o = self.opts
+        hosts = len(self.ranks_per_host)
+        what = [f"backend {o.backend} ({self.lib.short_name})", f"{self.nranks} ranks on {hosts} host(s)",
+                f"dtype {dtype.name}"]
+        if coll.reduces:
+            what.append(f"op {o.op}")
+        if coll.in_place_ok:
+            what.append("in-place" if o.in_place else "out-of-place")
+        if coll.rooted:
+            what.append(f"root {o.root}")
+        if coll.point_to_point:
+            pairs = self.nranks // 2
+            what.append(f"{pairs} pair(s): rank i with i+{pairs}")
+            if coll.name != "latency":
+                what.append(f"window {o.window}")
+        small, large = self.counts(coll, 1), self.counts(coll, engine.LARGE_MESSAGE_BYTES + 1)
+        if o.time_budget:
+            counts = f"iterations chosen for {o.time_budget:g} s per size, warmup {small[1]} / {large[1]}"
+        elif o.iterations is not None:
+            counts = f"iterations {o.iterations}, warmup {small[1]} / {large[1]} (sizes above 8K)"
+        else:
+            counts = (f"iterations {small[0]} / {large[0]} and warmup {small[1]} / {large[1]} "
+                      f"(up to 8K / above)")
+        lines = [", ".join(what),
+                 f"loop {self.loop.kind}, sync {o.sync}, check {'on' if o.check else 'off'}, {counts}",
+                 "latency: avg/min/max across ranks of per-rank means; P50/P99 of all samples; "
+                 "algbw = S / avg, busbw = algbw x %s" % _factor_text(coll)]
+        return lines
+
+    def run_benchmark(self, coll: Collective) -> list[str]:
+        """Sweep every size of one benchmark; returns the sizes whose check failed."""
+        o = self.opts
+        dtype = dtype_for(self.opts, coll)
+        ctx = self.context(coll)
+        timing = participates(coll, ctx)
+        failed = []
+        if self.output:
+            self.output.section({"benchmark": coll.name, "summary": coll.summary,
+                                 "lines": self.section_lines(coll, dtype)})
+        skipped = []
+        for size in o.sizes:
+            plan = plan_size(coll, size, self.nranks, dtype, o.in_place)
+            if plan is None:
+                skipped.append(size)
+                continue
+            result = self.measure_size(coll, ctx, dtype, plan, size, timing)
+            if self.rank == 0:
+                if result.get("check") == "fail":
+                    failed.append(format_size(size))
+                self.output.result(result)
+        if skipped and self.output:
+            unit = f"{self.nranks} x {dtype.name}" if coll.count_multiple(self.nranks) > 1 else dtype.name
+            self.output.note(f"{coll.name}: sizes {', '.join(map(str, skipped))} B skipped (smaller than one {unit})")
+        return self.reducer.bcast(failed, root=0)
+
+    def measure_size(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan, requested: int,
+                     timing: bool) -> dict | None:
+        o = self.opts
+        started = time.perf_counter()
+        iters, warmup = self.counts(coll, plan.size_bytes)
+        settings = engine.LoopSettings(iterations=iters, warmup=warmup, check=o.check,
+                                       sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget)
+        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=1, policy=o.huge_pages,
+                                  ack_count=1 if coll.point_to_point else 0)
+        try:
+            calls = [coll.build(self.backend, slot, ctx) for slot in pool.slots]
+            _test_raise_hook(coll.name, plan.size_bytes, self.rank)
+            m = engine.measure(coll, ctx, pool.slots, calls, self.loop, settings, self.backend.barrier(),
+                               lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
+                               plan.size_bytes, timing)
+            huge = pool.huge_page_bytes()
+        finally:
+            pool.close()
+        latency = stats.summarize(m.samples_us, self.reducer)
+        first = self._first_call(m.first_call_us)
+        check = None
+        if m.check_errors is not None:
+            errors = int(self.reducer.allreduce(np.array([m.check_errors], dtype=np.int64), "sum")[0])
+            check = "pass" if errors == 0 else "fail"
+        hp_total = int(self.reducer.allreduce(np.array([huge or 0], dtype=np.int64), "sum")[0])
+        if o.samples:
+            self._write_samples(coll, plan, m.samples_us)
+        if self.rank != 0:
+            return None
+        factor = coll.busbw_factor(self.nranks)
+        s_bytes = coll.algbw_bytes(plan.size_bytes, self.nranks)
+        algbw = stats.bandwidth_gbps(s_bytes, latency["avg"])
+        result = {
+            "type": "result",
+            "run_id": self.run_id,
+            "benchmark": coll.name,
+            "backend": o.backend,
+            "size_bytes": plan.size_bytes,
+            "send_bytes": plan.io_send_bytes,
+            "recv_bytes": plan.io_recv_bytes,
+            "ranks": self.nranks,
+            "dtype": dtype.name,
+            "op": o.op if coll.reduces else None,
+            "in_place": o.in_place if coll.in_place_ok else None,
+            "iterations": m.iterations,
+            "warmup": m.warmup,
+            "latency_us": latency,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * factor,
+            "algbw_bytes": s_bytes,
+            "busbw_factor": factor,
+            "check": check,
+            "first_call_us": first,
+            "loop": self.loop.kind,
+            "cache": "warm",
+            "sync": o.sync,
+            "huge_pages": o.huge_pages,
+            "huge_page_bytes": hp_total,
+            "time_utc": _utc_now(),
+            "wall_s": round(time.perf_counter() - started, 4),
+        }
+        if plan.size_bytes != requested:
+            result["requested_bytes"] = requested
+        if coll.rooted:
+            result["root"] = o.root
+        if coll.point_to_point:
+            result["pairs"] = self.nranks // 2
+            result["window"] = o.window if coll.name != "latency" else None
+            result["pairs_inter_node"] = sum(
+                1 for i in range(self.nranks // 2)
+                if self.hosts_by_rank[i] != self.hosts_by_rank[i + self.nranks // 2])
+        return result
+
+    def _first_call(self, value: float | None) -> dict | None:
+        v = np.array([value if value is not None else np.inf, -(value if value is not None else -np.inf),
+                      value or 0.0, 1.0 if value is not None else 0.0])
+        mins = self.reducer.allreduce(v[:2], "min")
+        sums = self.reducer.allreduce(v[2:], "sum")
+        if self.rank != 0 or sums[1] == 0:
+            return None
+        return {"max": float(-mins[1]), "min": float(mins[0]), "avg": float(sums[0] / sums[1])}
+
+    def _write_samples(self, coll: Collective, plan: SizePlan, samples: np.ndarray | None) -> None:
+        import json
+
+        gathered = self.reducer.gather(None if samples is None else samples.tolist())
+        if self.rank != 0:
+            return
+        with open(self.opts.samples, "a") as f:
+            for rank, s in enumerate(gathered):
+                if s is not None:
+                    f.write(json.dumps({"type": "samples", "run_id": self.run_id, "benchmark": coll.name,
+                                        "size_bytes": plan.size_bytes, "rank": rank, "latency_us": s}) + "\n")
+
+    def finish(self, status: str, reason: str = "") -> None:
+        if self.output:
+            self.output.end({"type": "end", "run_id": self.run_id, "status": status, "reason": reason,
+                             "time_utc": _utc_now(), "results": len(self.output.results)})
+            self.output.close()
+
+
+def _factor_text(coll: Collective) -> str:
+    text = {2.0: "2(n-1)/n", 1.0: "1"}
+    f4 = coll.busbw_factor(4)
+    if abs(f4 - 1.5) < 1e-9:
+        return "2(n-1)/n"
+    if abs(f4 - 0.75) < 1e-9:
+        return "(n-1)/n"
+    return text.get(f4, f"{f4:g}")
+
+
+def _test_raise_hook(name: str, size: int, rank: int) -> None:
+    """Test-only: MICROBENCH_TEST_RAISE=rank:benchmark:size raises on that rank at that size."""
+    spec = os.environ.get("MICROBENCH_TEST_RAISE")
+    if spec:
+        want_rank, want_name, want_size = spec.split(":")
+        if int(want_rank) == rank and want_name == name and int(want_size) == size:
+            raise RuntimeError(f"test hook: rank {rank} raises at {name} {size} B")
+
+
+def run(args, argv: list[str]) -> int:
+    """Entry point of ``microbench run`` on every rank."""
+    info = launch.discover()
+    error: Exception | None = None
+    opts = None
+    try:
+        opts = RunOptions.from_args(args)
+    except UsageError as exc:
+        error = exc
+
+    if args.np is not None:
+        if args.np < 1:
+            raise UsageError(f"--np must be at least 1 (got {args.np})")
+        if not info.under_launcher:
+            if error:
+                raise error
+            validate_for_ranks(opts, args.np, args.np)
+            return self_launch(argv, args.np)
+
+    world = init_world()
+    if error is None and args.np is not None and args.np != world.nranks:
+        error = UsageError(f"--np {args.np} but the launcher started {world.nranks} ranks")
+    agree.raise_if_any(world.reducer, error)
+    agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
+    session = Session(world, opts, argv)
+    session.gather_hosts()
+    session.validate()
+    session.write_run_record()
+    failed = []
+    status, reason = "failed", "interrupted"
+    try:
+        for name in opts.benchmarks:
+            for size in session.run_benchmark(COLLECTIVES[name]):
+                failed.append(f"{name} {size}")
+        status, reason = "complete", ""
+    finally:
+        session.finish(status, reason)
+    if failed:
+        if session.rank == 0:
+            print(f"microbench: check FAILED: {', '.join(failed)}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,73 @@
+"""Helpers for tests that launch real ranks: every launch has a timeout and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_process(cmd: list[str], timeout: float = 120, env: dict | None = None, cwd=None) -> Completed:
+    """Run a command in its own process group; on timeout kill the group and fail the test."""
+    import time
+
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                            cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\nstdout:\n{out}\nstderr:\n{err}")
+    return Completed(proc.returncode, out, err, time.monotonic() - start)
+
+
+def microbench(*args: str, timeout: float = 120, env: dict | None = None, cwd=None) -> Completed:
+    """``python -m microbench ARGS`` (self-launching with --np where the args say so)."""
+    return run_process([sys.executable, "-m", "microbench", *args], timeout=timeout, env=env, cwd=cwd)
+
+
+def mpiexec_prefix(nranks: int) -> tuple[list[str], dict]:
+    """The matching mpiexec for the installed MPI, with the environment microbench itself would use."""
+    from microbench import launch
+    from microbench.backends.mpi import import_mpi, library
+
+    lib = library(import_mpi(initialize=False))
+    return launch.mpiexec_command(lib.prefix, lib.abi, nranks)
+
+
+def mpiexec(nranks: int, *args: str, timeout: float = 120, env: dict | None = None) -> Completed:
+    """``mpiexec -n N python -m microbench ARGS``: microbench under a launcher, as on a cluster."""
+    cmd, extra = mpiexec_prefix(nranks)
+    return run_process([*cmd, sys.executable, "-m", "microbench", *args], timeout=timeout, env={**extra, **(env or {})})
+
+
+def read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def results_of(path) -> list[dict]:
+    return [r for r in read_jsonl(path) if r.get("type") == "result"]

@@ -1,0 +1,91 @@
+"""Bad input ends every rank quickly with one line from rank 0; a failing rank ends the whole job."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import microbench, mpiexec, mpiexec_prefix, read_jsonl, results_of, run_process
+
+QUICK = 60  # seconds; each of these should end within a few
+
+
+def assert_one_error(proc, *fragments, code=2):
+    assert proc.returncode == code, proc.output
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("microbench: error:")]
+    assert len(lines) == 1, proc.stderr
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+    assert "Traceback" not in proc.output
+    assert proc.seconds < 30
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["allreduce", "nosuch"], ["unknown benchmark 'nosuch'", "allgather"]),
+    (["allreduce", "-m", "4X"], ["bad size '4X'"]),
+    (["allreduce", "-m", "1M:1K"], ["MIN (1048576 B) is larger than MAX (1024 B)"]),
+    (["allreduce", "--dtype", "complex"], ["invalid choice: 'complex'"]),
+    (["latency", "--in-place"], ["--in-place applies to allreduce, allgather and reduce_scatter"]),
+    (["allreduce", "-i", "0"], ["--iterations must be at least 1"]),
+])
+@pytest.mark.parametrize("how", ["self-launch", "mpiexec"])
+def test_bad_input_one_line_every_rank_nonzero(args, fragments, how):
+    if how == "self-launch":
+        proc = microbench("run", "--np", "2", *args, timeout=QUICK)
+    else:
+        proc = mpiexec(2, "run", *args, timeout=QUICK)
+    assert_one_error(proc, *fragments)
+
+
+def test_size_too_large_for_memory_says_how_much(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8,512G", "--out", str(out), timeout=QUICK)
+    assert_one_error(proc, "allreduce at 512G needs 2.0 TiB", "2 ranks x 1.0 TiB", "available", code=1)
+    assert not out.exists() or results_of(out) == []
+
+
+def test_benchmark_needing_two_ranks_on_one():
+    proc = microbench("run", "--np", "1", "latency", "-m", "8", timeout=QUICK)
+    assert_one_error(proc, "latency needs at least 2 ranks")
+
+
+def test_root_outside_the_job():
+    proc = microbench("run", "--np", "2", "broadcast", "--root", "5", "-m", "8", timeout=QUICK)
+    assert_one_error(proc, "--root 5 is not a rank")
+
+
+def test_np_differs_from_launcher():
+    proc = mpiexec(2, "run", "--np", "4", "allreduce", "-m", "8", timeout=QUICK)
+    assert_one_error(proc, "--np 4 but the launcher started 2 ranks")
+
+
+def _mpmd(rank0_args, rank1_args):
+    cmd, env = mpiexec_prefix(2)
+    exe, rest = cmd[0], cmd[3:]  # drop "-n 2"
+    mb = [sys.executable, "-m", "microbench", "run"]
+    full = [exe, *rest, "-n", "1", *mb, *rank0_args, ":", "-n", "1", *mb, *rank1_args]
+    return run_process(full, timeout=QUICK, env=env)
+
+
+def test_options_that_differ_between_ranks():
+    proc = _mpmd(["allreduce", "-m", "8:64"], ["allreduce", "-m", "8:128"])
+    assert_one_error(proc, "options differ between ranks", "sizes", "rank 1")
+
+
+def test_parse_error_on_one_rank_only_reaches_all():
+    proc = _mpmd(["allreduce", "-m", "8"], ["allreduce", "-m", "8", "--nosuch-option"])
+    assert_one_error(proc, "unrecognized arguments: --nosuch-option", "(on rank 1)")
+
+
+def test_exception_on_one_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "5", "--out", str(out),
+                      env={"MICROBENCH_TEST_RAISE": "1:allreduce:32"}, timeout=QUICK)
+    assert proc.returncode != 0
+    assert "rank 1: RuntimeError: test hook" in proc.stderr
+    assert proc.seconds < 30
+    sizes = [r["size_bytes"] for r in results_of(out)]
+    assert sizes == [8, 16]
+    # every line on disk is whole JSON
+    assert read_jsonl(out)[0]["type"] == "run"

@@ -1,0 +1,212 @@
+"""Real launches of 2 and 4 MPI ranks: every benchmark, the records, the arithmetic, --check."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import microbench, mpiexec, read_jsonl, results_of
+
+ALL = ["allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw", "reduce", "alltoall", "bibw"]
+
+REQUIRED_RESULT_FIELDS = {
+    "type", "benchmark", "backend", "size_bytes", "send_bytes", "recv_bytes", "ranks", "dtype", "iterations",
+    "warmup", "latency_us", "algbw_gbps", "busbw_gbps", "check",
+}
+REQUIRED_RUN_FIELDS = {"type", "schema", "run_id", "command", "time_utc", "hosts", "ranks_per_host", "mpi",
+                       "versions", "options", "conditions", "ranks"}
+
+
+def expected_bytes_and_factor(bench: str, size: int, n: int) -> tuple[float, float]:
+    """nccl-tests' S and busbw factor, written out independently of the package."""
+    return {
+        "allreduce": (size, 2 * (n - 1) / n),
+        "allgather": (size * n, (n - 1) / n),
+        "reduce_scatter": (size, (n - 1) / n),
+        "alltoall": (size * n, (n - 1) / n),
+        "broadcast": (size, 1.0),
+        "reduce": (size, 1.0),
+        "latency": (size, 1.0),
+        "bw": (size, 1.0),
+        "bibw": (2 * size, 1.0),
+    }[bench]
+
+
+def expected_io(bench: str, size: int, n: int) -> tuple[int, int]:
+    return {
+        "allgather": (size, size * n),
+        "reduce_scatter": (size, size // n),
+        "alltoall": (size * n, size * n),
+    }.get(bench, (size, size))
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def sweep(request, tmp_path_factory):
+    n = request.param
+    out = tmp_path_factory.mktemp(f"sweep{n}") / "r.jsonl"
+    proc = microbench("run", "--np", str(n), *ALL, "-m", "4:4K", "-i", "20", "-x", "2", "--check",
+                      "--out", str(out), "--csv", str(out.with_suffix(".csv")), timeout=240)
+    assert proc.returncode == 0, proc.output
+    return n, out, proc
+
+
+def test_every_benchmark_every_size_checked(sweep):
+    n, out, proc = sweep
+    results = results_of(out)
+    sizes = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    for bench in ALL:
+        got = [r["size_bytes"] for r in results if r["benchmark"] == bench]
+        if bench in ("allreduce", "reduce", "reduce_scatter"):
+            # float32 by default: reduce_scatter needs n elements, so 4 B (and 8 B at 4 ranks) drop out
+            want = [s for s in sizes if s >= 4 * (n if bench == "reduce_scatter" else 1)]
+        else:
+            want = sizes
+        assert got == want, bench
+    assert all(r["check"] == "pass" for r in results)
+    assert all(r["ranks"] == n for r in results)
+
+
+def test_bandwidth_arithmetic_matches_latency(sweep):
+    n, out, _ = sweep
+    for r in results_of(out):
+        s_bytes, factor = expected_bytes_and_factor(r["benchmark"], r["size_bytes"], n)
+        avg_s = r["latency_us"]["avg"] * 1e-6
+        assert r["algbw_gbps"] == pytest.approx(s_bytes / avg_s / 1e9, rel=1e-6), r["benchmark"]
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factor, rel=1e-9), r["benchmark"]
+        assert (r["send_bytes"], r["recv_bytes"]) == expected_io(r["benchmark"], r["size_bytes"], n), r["benchmark"]
+
+
+def test_record_schema(sweep):
+    n, out, _ = sweep
+    lines = read_jsonl(out)
+    run, end = lines[0], lines[-1]
+    assert run["type"] == "run" and REQUIRED_RUN_FIELDS <= set(run)
+    assert run["schema"] == 1 and run["ranks"] == n and sum(run["ranks_per_host"].values()) == n
+    assert "Open MPI" in run["mpi"]["library_version"] or "MPICH" in run["mpi"]["library_version"]
+    assert {"mpi4py", "numpy", "python"} <= set(run["versions"])
+    assert end == {**end, "type": "end", "status": "complete"}
+    for r in lines[1:-1]:
+        assert REQUIRED_RESULT_FIELDS <= set(r), set(REQUIRED_RESULT_FIELDS) - set(r)
+        assert r["run_id"] == run["run_id"]
+        lat = r["latency_us"]
+        assert {"avg", "min", "max", "p50", "p90", "p99"} <= set(lat)
+        assert lat["min"] <= lat["avg"] <= lat["max"]
+        assert lat["p50"] <= lat["p90"] <= lat["p99"]
+        assert lat["fastest"] <= lat["p50"] <= lat["slowest"]
+        assert r["iterations"] == 20 and r["warmup"] == 2
+        timing = n // 2 if r["benchmark"] in ("latency", "bw", "bibw") else n
+        assert lat["timing_ranks"] == timing and lat["samples"] == 20 * timing
+
+
+def test_csv_has_a_row_per_result(sweep):
+    n, out, _ = sweep
+    rows = out.with_suffix(".csv").read_text().splitlines()
+    assert rows[0].startswith("run_id,benchmark,backend,size_bytes")
+    assert len(rows) - 1 == len(results_of(out))
+
+
+def test_table_is_omb_style(sweep):
+    _, _, proc = sweep
+    lines = proc.stdout.splitlines()
+    headers = [l for l in lines if "Size(B)" in l]
+    assert len(headers) == len(ALL)
+    assert all(l.startswith("#") for l in headers)
+    rows = [l for l in lines if l.strip() and not l.startswith("#")]
+    assert all(len(l.split()) == 9 for l in rows)
+    assert all(l.split()[-1] == "pass" for l in rows)
+
+
+def test_corrupted_data_fails_the_check(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "64:256", "-i", "5", "-x", "1", "-c",
+                      "--out", str(out), env={"MICROBENCH_TEST_CORRUPT": "1:allreduce:128"})
+    assert proc.returncode == 1, proc.output
+    checks = {r["size_bytes"]: r["check"] for r in results_of(out)}
+    assert checks == {64: "pass", 128: "fail", 256: "pass"}
+    assert "FAIL" in proc.stdout
+    assert "check FAILED: allreduce 128" in proc.stderr
+
+
+def test_without_check_the_column_is_empty(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "latency", "-m", "8", "-i", "10", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    assert [r["check"] for r in results_of(out)] == [None]
+
+
+@pytest.mark.parametrize("bench", ["allreduce", "allgather", "reduce_scatter"])
+def test_in_place_checks(bench, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", bench, "--in-place", "-m", "64:1K", "-i", "5", "-c", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert res and all(r["in_place"] is True and r["check"] == "pass" for r in res)
+
+
+@pytest.mark.parametrize("dtype,op", [("float64", "max"), ("int32", "min"), ("int8", "sum"), ("uint8", "sum"),
+                                      ("float16", "sum")])
+def test_dtypes_and_ops(dtype, op, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "reduce_scatter", "--dtype", dtype, "--op", op, "-m", "8:256",
+                      "-i", "5", "-c", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert res and all(r["dtype"] == dtype and r["op"] == op and r["check"] == "pass" for r in res)
+
+
+def test_bfloat16_is_refused_on_mpi_with_a_reason():
+    proc = microbench("run", "--np", "2", "allreduce", "--dtype", "bfloat16", "-m", "8")
+    assert proc.returncode == 2
+    assert proc.stderr.count("microbench: error:") == 1
+    assert "bfloat16" in proc.stderr and "--backend torch" in proc.stderr
+
+
+def test_under_mpiexec_with_barrier_sync_and_samples(tmp_path):
+    out, samples = tmp_path / "r.jsonl", tmp_path / "s.jsonl"
+    proc = mpiexec(2, "run", "allreduce", "latency", "-m", "8,1K", "-i", "7", "--sync", "barrier",
+                   "--samples", str(samples), "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    run = read_jsonl(out)[0]
+    assert run["launcher"] in ("openmpi", "mpich", "pmix")
+    res = results_of(out)
+    assert all(r["sync"] == "barrier" for r in res)
+    lines = read_jsonl(samples)
+    # allreduce: 2 ranks x 2 sizes; latency: only the initiating rank times: 1 x 2 sizes
+    assert len(lines) == 6
+    assert all(len(l["latency_us"]) == 7 for l in lines)
+    for r in res:
+        mine = [l for l in lines if l["benchmark"] == r["benchmark"] and l["size_bytes"] == r["size_bytes"]]
+        flat = [x for l in mine for x in l["latency_us"]]
+        assert r["latency_us"]["fastest"] == pytest.approx(min(flat))
+        assert r["latency_us"]["slowest"] == pytest.approx(max(flat))
+
+
+def test_time_budget_picks_iterations(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8,64K", "--time-budget", "0.05", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    for r in res:
+        spent = r["iterations"] * r["latency_us"]["avg"] * 1e-6
+        assert 0.01 < spent < 0.5, r
+    assert res[0]["iterations"] > res[1]["iterations"]
+
+
+def test_default_counts_follow_omb(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "latency", "bw", "allreduce", "-m", "8K,16K", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    got = {(r["benchmark"], r["size_bytes"]): (r["iterations"], r["warmup"]) for r in results_of(out)}
+    assert got == {("latency", 8192): (10000, 100), ("latency", 16384): (1000, 10),
+                   ("bw", 8192): (100, 10), ("bw", 16384): (20, 2),
+                   ("allreduce", 8192): (1000, 100), ("allreduce", 16384): (100, 10)}
+
+
+def test_module_and_console_script_entry_points():
+    import shutil
+    import subprocess
+    import sys
+
+    for cmd in ([sys.executable, "-m", "microbench", "--version"], [shutil.which("microbench"), "--version"]):
+        assert cmd[0], "console script not installed"
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.startswith("microbench ")
