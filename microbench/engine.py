@@ -38,18 +38,29 @@ def default_counts(coll: Collective, size_bytes: int) -> tuple[int, int]:
 
 
 class PythonLoop:
-    """The timed loop in Python: calls pre-bound callables, one clock read per iteration."""
+    """The timed loop in Python: calls pre-bound callables, one clock read per iteration.
+
+    Interface shared with ``microbench.native.NativeLoop``: ``prepare(calls)`` once per size, then
+    ``run(prepared, iters, start, barrier, flush)`` returning each iteration's duration in ns.
+    """
 
     kind = "python"
 
-    def run(self, calls: Sequence[Callable[[], None]], iters: int, start: int = 0,
-            between: Callable[[], None] | None = None) -> np.ndarray:
-        """Run ``iters`` iterations (slot i uses ``calls[(start + i) % len(calls)]``); durations in ns."""
+    def prepare(self, calls: Sequence[Callable[[], None]]) -> list:
+        return list(calls)
+
+    def run(self, calls: list, iters: int, start: int = 0, barrier: Callable[[], None] | None = None,
+            flush=None) -> np.ndarray:
+        """Run ``iters`` iterations (iteration i uses ``calls[(start + i) % len(calls)]``); durations in ns.
+
+        ``barrier`` (a callable) runs before each iteration and ``flush(i)`` writes the cache-flush
+        buffer before each iteration, both outside the timed region.
+        """
         if iters <= 0:
             return np.empty(0, dtype=np.int64)
         clock = time.perf_counter_ns
         ncalls = len(calls)
-        if between is None:
+        if barrier is None and flush is None:
             stamps = [0] * (iters + 1)
             if ncalls == 1:
                 call = calls[0]
@@ -58,7 +69,8 @@ class PythonLoop:
                     call()
                     stamps[i] = clock()
             else:
-                sequence = itertools.islice(itertools.cycle(calls), start % ncalls, start % ncalls + iters)
+                first = start % ncalls
+                sequence = itertools.islice(itertools.cycle(calls), first, first + iters)
                 stamps[0] = clock()
                 i = 1
                 for call in sequence:
@@ -69,7 +81,10 @@ class PythonLoop:
         out = np.empty(iters, dtype=np.int64)
         for i in range(iters):
             call = calls[(start + i) % ncalls]
-            between()
+            if flush is not None:
+                flush(i)
+            if barrier is not None:
+                barrier()
             t0 = clock()
             call()
             out[i] = clock() - t0
@@ -119,9 +134,10 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
     ``agree_max`` returns the maximum of a value over all ranks (used to agree on an iteration count
     under a time budget); ``timing`` says whether this rank's samples count.
     """
-    for i, slot in enumerate(slots):
+    for slot in slots:
         coll.fill(slot, ctx, 0)
     per_iteration = coll.per_iteration(ctx.window)
+    calls = loop.prepare(calls)
 
     barrier()
     first = loop.run(calls, 1, start=0)
@@ -147,15 +163,13 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
         for i in range(iterations):
             k = i % len(slots)
             coll.fill(slots[k], ctx, i)
-            if settings.sync_barrier:
-                barrier()
-            durations[i] = loop.run(calls, 1, start=k)[0]
+            durations[i] = loop.run(calls, 1, start=k, barrier=barrier if settings.sync_barrier else None)[0]
             if corrupt:
                 target = _result_array(slots[k])
                 target.reshape(-1).view(np.uint8)[-1] ^= 0xFF
             errors += coll.verify(slots[k], ctx, i)
     else:
-        durations = loop.run(calls, iterations, start=0, between=barrier if settings.sync_barrier else None)
+        durations = loop.run(calls, iterations, start=0, barrier=barrier if settings.sync_barrier else None)
 
     samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
     return Measurement(samples, first_us if timing else None, iterations, warmup, errors)

@@ -51,7 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="transparent huge pages for buffers: system (kernel default, as a C benchmark's "
                         "malloc), on (madvise), off (never); recorded with results (default system)")
     g.add_argument("--backend", choices=("mpi",), default="mpi", help="transport (default mpi)")
-    g.add_argument("--loop", choices=("python",), default="python", help="timed loop implementation")
+    g.add_argument("--loop", choices=("auto", "native", "python"), default="auto",
+                   help="timed loop: native (C, built with the MPI's mpicc at first use and cached), python, "
+                        "or auto: native where it builds, else python with a notice (default auto)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="FILE.jsonl", help="append JSON Lines records (flushed after each size)")
     g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")

@@ -20,6 +20,7 @@ from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, 
     get_collective, pair_of, participates
 from microbench.dtypes import OPS, DType, get_dtype
 from microbench.errors import RunError, UsageError
+from microbench.native import NativeUnavailable
 from microbench.records import SCHEMA_VERSION, Output
 from microbench.report import Table
 from microbench.sizes import format_bytes, format_size, parse_sizes
@@ -48,7 +49,7 @@ class RunOptions:
     root: int = 0
     huge_pages: str = "system"
     backend: str = "mpi"
-    loop: str = "python"
+    loop: str = "auto"
     out: str | None = None
     csv: str | None = None
     samples: str | None = None
@@ -266,9 +267,38 @@ class Session:
         self.rank, self.nranks = world.rank, world.nranks
         self.lib = library(self.MPI)
         self.argv = argv
+        self.python_backend = self.backend
         self.loop = engine.PythonLoop()
+        self.loop_notice: str | None = None
         self.output: Output | None = None
         self.run_id = None
+
+    def choose_loop(self) -> None:
+        """--loop auto|native|python: use the C loop where every rank can build and load it (collective)."""
+        from microbench import native
+        from microbench.backends.mpi import NativeMPIBackend
+
+        want = self.opts.loop
+        lib, reason = None, None
+        if want != "python":
+            try:
+                lib = native.load(native.build(self.lib.prefix, self.lib.path), self.MPI.Get_library_version())
+            except native.NativeUnavailable as exc:
+                reason = str(exc)
+        first_missing = int(self.reducer.allreduce(
+            np.array([self.rank if (want != "python" and lib is None) else self.nranks], dtype=np.int64), "min")[0])
+        if first_missing < self.nranks:
+            reason = self.reducer.bcast(reason, root=first_missing)
+            where = f" (on rank {first_missing})" if first_missing else ""
+            if want == "native":
+                raise RunError(f"--loop native: the native loop is unavailable{where}: {reason}")
+            self.loop_notice = f"native loop unavailable{where}: {reason}; timing with the Python loop"
+            if self.rank == 0:
+                print(f"microbench: notice: {self.loop_notice}", file=sys.stderr, flush=True)
+            return
+        if want != "python":
+            self.loop = native.NativeLoop(lib)
+            self.backend = NativeMPIBackend(self.bench_comm, self.MPI)
 
     # -- setup ------------------------------------------------------------------------------
     def gather_hosts(self) -> None:
@@ -338,6 +368,8 @@ class Session:
             "options": asdict(o),
         }
         self.output.run(meta)
+        if self.loop_notice:
+            self.output.note(self.loop_notice)
         warning = shadow_warning(self.lib)
         if warning:
             print(f"microbench: warning: {warning}", file=sys.stderr, flush=True)
@@ -428,9 +460,14 @@ class Session:
         pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=1, policy=o.huge_pages,
                                   ack_count=1 if coll.point_to_point else 0)
         try:
-            calls = [coll.build(self.backend, slot, ctx) for slot in pool.slots]
+            backend, loop = self.backend, self.loop
+            try:
+                calls = [coll.build(backend, slot, ctx) for slot in pool.slots]
+            except NativeUnavailable:  # counts above what the C loop's int takes: Python loop for this size
+                backend, loop = self.python_backend, engine.PythonLoop()
+                calls = [coll.build(backend, slot, ctx) for slot in pool.slots]
             _test_raise_hook(coll.name, plan.size_bytes, self.rank)
-            m = engine.measure(coll, ctx, pool.slots, calls, self.loop, settings, self.backend.barrier(),
+            m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
                                lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
                                plan.size_bytes, timing)
             huge = pool.huge_page_bytes()
@@ -471,7 +508,7 @@ class Session:
             "busbw_factor": factor,
             "check": check,
             "first_call_us": first,
-            "loop": self.loop.kind,
+            "loop": loop.kind,
             "cache": "warm",
             "sync": o.sync,
             "huge_pages": o.huge_pages,
@@ -565,6 +602,7 @@ def run(args, argv: list[str]) -> int:
     session = Session(world, opts, argv)
     session.gather_hosts()
     session.validate()
+    session.choose_loop()
     session.write_run_record()
     failed = []
     status, reason = "failed", "interrupted"

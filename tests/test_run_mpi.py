@@ -39,13 +39,15 @@ def expected_io(bench: str, size: int, n: int) -> tuple[int, int]:
     }.get(bench, (size, size))
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+@pytest.fixture(scope="module", params=[(2, "native"), (4, "native"), (2, "python"), (4, "python")],
+                ids=["2ranks-native", "4ranks-native", "2ranks-python", "4ranks-python"])
 def sweep(request, tmp_path_factory):
-    n = request.param
-    out = tmp_path_factory.mktemp(f"sweep{n}") / "r.jsonl"
-    proc = microbench("run", "--np", str(n), *ALL, "-m", "4:4K", "-i", "20", "-x", "2", "--check",
+    n, loop = request.param
+    out = tmp_path_factory.mktemp(f"sweep{n}{loop}") / "r.jsonl"
+    proc = microbench("run", "--np", str(n), *ALL, "-m", "4:4K", "-i", "20", "-x", "2", "--check", "--loop", loop,
                       "--out", str(out), "--csv", str(out.with_suffix(".csv")), timeout=240)
     assert proc.returncode == 0, proc.output
+    assert {r["loop"] for r in results_of(out)} == {loop}
     return n, out, proc
 
 

@@ -1,0 +1,186 @@
+"""The native timing loop: ``mbloop.c`` compiled with the mpicc of the MPI that mpi4py loaded.
+
+Built at first use and cached (``$MICROBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/microbench``, else
+``~/.cache/microbench``) under a key of the source, the compiler and the library, so a new MPI gets a
+new build. Concurrent ranks serialise on a lock file and publish the library by atomic rename. The
+compiler is ``$MICROBENCH_MPICC`` if set, else ``<prefix>/bin/mpicc`` beside the loaded libmpi, else the
+mpicc mpi4py was built with, else ``mpicc`` on PATH. After loading, the library's MPI version string
+must equal the one mpi4py reports, so a build against another MPI is never used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("mbloop.c")
+
+KINDS = {"nothing": 0, "allreduce": 1, "allgather": 2, "reduce_scatter": 3, "bcast": 4, "reduce": 5,
+         "alltoall": 6, "pingpong": 7, "stream": 8, "bistream": 9}
+
+
+class NativeUnavailable(Exception):
+    """The native loop cannot be built or loaded here (the reason is the message)."""
+
+
+class MbCall(ctypes.Structure):
+    """Mirror of ``mb_call`` in mbloop.c."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int), ("count", ctypes.c_int), ("peer", ctypes.c_int), ("root", ctypes.c_int),
+        ("initiator", ctypes.c_int), ("window", ctypes.c_int),
+        ("sbuf", ctypes.c_void_p), ("rbuf", ctypes.c_void_p), ("ack", ctypes.c_void_p),
+        ("comm_addr", ctypes.c_void_p), ("dtype_addr", ctypes.c_void_p), ("op_addr", ctypes.c_void_p),
+    ]
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("MICROBENCH_CACHE_DIR")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "microbench" if xdg else Path.home() / ".cache" / "microbench"
+
+
+def find_mpicc(mpi_prefix: str | None) -> str:
+    """The MPI C compiler wrapper that belongs to the loaded MPI."""
+    override = os.environ.get("MICROBENCH_MPICC")
+    if override:
+        found = shutil.which(override)
+        if not found:
+            raise NativeUnavailable(f"MICROBENCH_MPICC={override} is not an executable")
+        return found
+    if mpi_prefix:
+        candidate = Path(mpi_prefix) / "bin" / "mpicc"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    try:
+        import mpi4py
+
+        configured = mpi4py.get_config().get("mpicc")
+        if configured and shutil.which(configured):
+            return shutil.which(configured)
+    except Exception:  # noqa: BLE001 - optional information
+        pass
+    found = shutil.which("mpicc")
+    if not found:
+        raise NativeUnavailable("no mpicc beside the MPI library, in mpi4py's configuration or on PATH")
+    return found
+
+
+def _compile_flags(mpicc: str) -> str:
+    for flag in ("-show", "-showme", "--showme"):
+        try:
+            out = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    return ""
+
+
+def build(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
+    """Compile (or find in the cache) the native loop library; returns its path."""
+    mpicc = find_mpicc(mpi_prefix)
+    source = SOURCE.read_bytes()
+    stat = os.stat(libmpi_path) if libmpi_path and os.path.exists(libmpi_path) else None
+    key_text = b"\0".join([source, mpicc.encode(), _compile_flags(mpicc).encode(),
+                           str(libmpi_path).encode(), str(stat.st_size if stat else "").encode(),
+                           str(int(stat.st_mtime) if stat else "").encode()])
+    key = hashlib.sha256(key_text).hexdigest()[:16]
+    directory = cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NativeUnavailable(f"cannot create the cache directory {directory}: {exc}") from exc
+    target = directory / f"mbloop-{key}.so"
+    if target.exists():
+        return target
+    with open(directory / f"mbloop-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if target.exists():  # another rank built it while we waited
+                return target
+            fd, tmp = tempfile.mkstemp(prefix=f"mbloop-{key}-", suffix=".so", dir=directory)
+            os.close(fd)
+            cmd = [mpicc, "-O2", "-fPIC", "-shared", "-o", tmp, str(SOURCE)]
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                os.unlink(tmp)
+                raise NativeUnavailable(f"{mpicc} failed to run: {exc}") from exc
+            if out.returncode != 0:
+                os.unlink(tmp)
+                first = (out.stderr or out.stdout).strip().splitlines()
+                raise NativeUnavailable(f"{mpicc} failed: {first[0] if first else 'exit ' + str(out.returncode)}")
+            os.replace(tmp, target)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return target
+
+
+def load(path: Path, expected_version: str) -> ctypes.CDLL:
+    """Load the built library and make sure it talks to the MPI mpi4py loaded."""
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise NativeUnavailable(f"cannot load {path}: {exc}") from exc
+    lib.mb_run.restype = ctypes.c_int
+    lib.mb_run.argtypes = [ctypes.POINTER(MbCall), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p]
+    buf = ctypes.create_string_buffer(8192)
+    lib.mb_library_version(buf, len(buf))
+    got = buf.value.decode(errors="replace").replace("\x00", "").strip()
+    if got != expected_version.replace("\x00", "").strip():
+        raise NativeUnavailable(f"the native loop was built against another MPI ({got.splitlines()[0] if got else '?'})")
+    return lib
+
+
+class NativeCall:
+    """One iteration's arguments for the C loop, with the Python objects they point into kept alive."""
+
+    def __init__(self, kind: str, comm, dtype, op=None, send=None, recv=None, ack=None, count: int = 0,
+                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None):
+        if count > 2**31 - 1:
+            raise NativeUnavailable("element count above 2^31-1")
+        self.keep = (comm, dtype, op, send, recv, ack)
+        self.struct = MbCall(
+            KINDS[kind], count, peer, root, int(initiator), window,
+            send.ctypes.data if send is not None else None,
+            recv.ctypes.data if recv is not None else None,
+            ack.ctypes.data if ack is not None else None,
+            MPI._addressof(comm), MPI._addressof(dtype), MPI._addressof(op) if op is not None else None,
+        )
+
+
+class NativeLoop:
+    """The timed loop in C; same interface and semantics as engine.PythonLoop."""
+
+    kind = "native"
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+
+    def prepare(self, calls):
+        array = (MbCall * len(calls))(*[c.struct for c in calls])
+        return (array, len(calls), calls)
+
+    def run(self, prepared, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        out = np.empty(max(iters, 0), dtype=np.int64)
+        if iters <= 0:
+            return out
+        array, ncalls, _ = prepared
+        flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
+        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier is not None else 0, flush_ptr, flush_bytes,
+                             out.ctypes.data)
+        if rc != 0:
+            raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
+        return out

@@ -1,0 +1,164 @@
+/*
+ * microbench native timing loop: the timed region of every MPI benchmark, in C.
+ *
+ * Python builds one mb_call per buffer slot (handles taken from mpi4py objects by address, so the
+ * same source serves the Open MPI and MPICH ABIs) and calls mb_run, which performs `iters` iterations
+ * and writes each iteration's duration in nanoseconds (CLOCK_MONOTONIC, the clock behind Python's
+ * time.perf_counter_ns). Nothing else runs inside the timed region.
+ *
+ * Lean mode (sync == 0): one clock read between consecutive iterations, t[i+1] - t[i].
+ * Barrier mode (sync == 1): MPI_Barrier before each iteration, outside the timing.
+ * flush_bytes > 0: before each iteration, untimed, write flush_bytes of flush_buf (evicts caches).
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+    MB_NOTHING = 0,
+    MB_ALLREDUCE = 1,
+    MB_ALLGATHER = 2,
+    MB_REDUCE_SCATTER = 3,
+    MB_BCAST = 4,
+    MB_REDUCE = 5,
+    MB_ALLTOALL = 6,
+    MB_PINGPONG = 7,
+    MB_STREAM = 8,
+    MB_BISTREAM = 9,
+};
+
+#define MB_TAG_DATA 1
+#define MB_TAG_ACK 2
+
+typedef struct {
+    int kind;
+    int count;       /* elements: see Python's NativeMPIBackend for the meaning per kind */
+    int peer;        /* point to point partner */
+    int root;
+    int initiator;   /* point to point: starts the ping-pong / sends the window */
+    int window;
+    void *sbuf;      /* NULL means MPI_IN_PLACE for the collectives that allow it */
+    void *rbuf;
+    void *ack;
+    const void *comm_addr;   /* address of an MPI_Comm (mpi4py's _addressof) */
+    const void *dtype_addr;  /* address of an MPI_Datatype */
+    const void *op_addr;     /* address of an MPI_Op */
+} mb_call;
+
+static inline int64_t mb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int mb_abi_comm_size(void) { return (int)sizeof(MPI_Comm); }
+
+int mb_library_version(char *out, int len) {
+    char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(buf, &n);
+    if (len <= 0) return n;
+    strncpy(out, buf, (size_t)len - 1);
+    out[len - 1] = '\0';
+    return n;
+}
+
+/* One iteration of call c; reqs has room for 2 * window requests. */
+static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op, MPI_Request *reqs) {
+    const void *s = c->sbuf ? c->sbuf : MPI_IN_PLACE;
+    int w, rc = MPI_SUCCESS;
+    switch (c->kind) {
+    case MB_NOTHING:
+        return MPI_SUCCESS;
+    case MB_ALLREDUCE:
+        return MPI_Allreduce(s, c->rbuf, c->count, dt, op, comm);
+    case MB_ALLGATHER:
+        return MPI_Allgather(s, c->count, dt, c->rbuf, c->count, dt, comm);
+    case MB_REDUCE_SCATTER:
+        return MPI_Reduce_scatter_block(s, c->rbuf, c->count, dt, op, comm);
+    case MB_BCAST:
+        return MPI_Bcast(c->sbuf, c->count, dt, c->root, comm);
+    case MB_REDUCE:
+        return MPI_Reduce(c->sbuf, c->rbuf, c->count, dt, op, c->root, comm);
+    case MB_ALLTOALL:
+        return MPI_Alltoall(c->sbuf, c->count, dt, c->rbuf, c->count, dt, comm);
+    case MB_PINGPONG:
+        if (c->initiator) {
+            rc = MPI_Send(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm);
+            if (rc == MPI_SUCCESS) rc = MPI_Recv(c->rbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, MPI_STATUS_IGNORE);
+        } else {
+            rc = MPI_Recv(c->rbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, MPI_STATUS_IGNORE);
+            if (rc == MPI_SUCCESS) rc = MPI_Send(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm);
+        }
+        return rc;
+    case MB_STREAM:
+        if (c->initiator) {
+            for (w = 0; w < c->window; w++)
+                MPI_Isend(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[w]);
+            rc = MPI_Waitall(c->window, reqs, MPI_STATUSES_IGNORE);
+            if (rc == MPI_SUCCESS) rc = MPI_Recv(c->ack, 1, dt, c->peer, MB_TAG_ACK, comm, MPI_STATUS_IGNORE);
+        } else {
+            for (w = 0; w < c->window; w++)
+                MPI_Irecv(c->rbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[w]);
+            rc = MPI_Waitall(c->window, reqs, MPI_STATUSES_IGNORE);
+            if (rc == MPI_SUCCESS) rc = MPI_Send(c->ack, 1, dt, c->peer, MB_TAG_ACK, comm);
+        }
+        return rc;
+    case MB_BISTREAM:
+        for (w = 0; w < c->window; w++)
+            MPI_Irecv(c->rbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[w]);
+        for (w = 0; w < c->window; w++)
+            MPI_Isend(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[c->window + w]);
+        return MPI_Waitall(2 * c->window, reqs, MPI_STATUSES_IGNORE);
+    default:
+        return -1;
+    }
+}
+
+static void mb_flush(volatile unsigned char *buf, long long nbytes, int iteration) {
+    for (long long k = 0; k < nbytes; k += 64) buf[k] = (unsigned char)(iteration + k);
+}
+
+/*
+ * Run `iters` iterations; iteration i uses calls[(start + i) % ncalls]. Durations (ns) go to out_ns.
+ * Returns 0, or the MPI error code of the first failing call.
+ */
+int mb_run(const mb_call *calls, int ncalls, int iters, int start, int sync, void *flush_buf,
+           long long flush_bytes, int64_t *out_ns) {
+    if (iters <= 0) return 0;
+    int maxwin = 1;
+    for (int k = 0; k < ncalls; k++)
+        if (calls[k].window > maxwin) maxwin = calls[k].window;
+    MPI_Request *reqs = (MPI_Request *)malloc(sizeof(MPI_Request) * 2 * (size_t)maxwin);
+    if (!reqs) return -2;
+    MPI_Comm comm = *(const MPI_Comm *)calls[0].comm_addr;
+    MPI_Datatype dt = *(const MPI_Datatype *)calls[0].dtype_addr;
+    MPI_Op op = calls[0].op_addr ? *(const MPI_Op *)calls[0].op_addr : MPI_OP_NULL;
+    int rc = MPI_SUCCESS;
+    int k = start % ncalls;
+    if (sync == 0 && flush_bytes <= 0) {
+        int64_t prev = mb_now();
+        for (int i = 0; i < iters; i++) {
+            rc = mb_once(&calls[k], comm, dt, op, reqs);
+            int64_t now = mb_now();
+            out_ns[i] = now - prev;
+            prev = now;
+            if (rc != MPI_SUCCESS) break;
+            if (++k == ncalls) k = 0;
+        }
+    } else {
+        for (int i = 0; i < iters; i++) {
+            if (flush_bytes > 0) mb_flush((volatile unsigned char *)flush_buf, flush_bytes, i);
+            if (sync) MPI_Barrier(comm);
+            int64_t t0 = mb_now();
+            rc = mb_once(&calls[k], comm, dt, op, reqs);
+            out_ns[i] = mb_now() - t0;
+            if (rc != MPI_SUCCESS) break;
+            if (++k == ncalls) k = 0;
+        }
+    }
+    free(reqs);
+    return rc;
+}

@@ -1,0 +1,75 @@
+/*
+ * A plain C reference for microbench's own-cost benchmarks (scripts/bench_native.py).
+ *
+ *   mpiexec -n 2 reference latency|allreduce SIZE ITERATIONS WARMUP
+ *
+ * latency:   ping-pong between ranks 0 and 1 (blocking MPI_Send/MPI_Recv, uint8), timed on rank 0 as one
+ *            interval over all iterations; prints half the round trip in microseconds.
+ * allreduce: back-to-back MPI_Allreduce of SIZE bytes of float (sum), each rank timing one interval over
+ *            all iterations; prints the mean across ranks of the per-rank mean latency in microseconds.
+ * Buffers come from malloc and are written before timing; the clock is CLOCK_MONOTONIC.
+ * Output: one JSON line on rank 0.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc != 5) {
+        if (rank == 0) fprintf(stderr, "usage: reference latency|allreduce SIZE ITERATIONS WARMUP\n");
+        MPI_Finalize();
+        return 2;
+    }
+    const char *bench = argv[1];
+    long nbytes = atol(argv[2]);
+    int iters = atoi(argv[3]), warmup = atoi(argv[4]);
+    char *sbuf = malloc(nbytes), *rbuf = malloc(nbytes);
+    memset(sbuf, 1, nbytes);
+    memset(rbuf, 0, nbytes);
+    double result = 0.0;
+
+    if (strcmp(bench, "latency") == 0) {
+        int peer = rank == 0 ? 1 : 0;
+        double t0 = 0.0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < warmup + iters; i++) {
+            if (i == warmup) t0 = now_us();
+            if (rank == 0) {
+                MPI_Send(sbuf, (int)nbytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+                MPI_Recv(rbuf, (int)nbytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else if (rank == 1) {
+                MPI_Recv(rbuf, (int)nbytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(sbuf, (int)nbytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+            }
+        }
+        result = (now_us() - t0) / (2.0 * iters);
+    } else {
+        int count = (int)(nbytes / sizeof(float));
+        double t0 = 0.0, mine, sum = 0.0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < warmup + iters; i++) {
+            if (i == warmup) t0 = now_us();
+            MPI_Allreduce(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
+        mine = (now_us() - t0) / iters;
+        MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        result = sum / size;
+    }
+    if (rank == 0) printf("{\"benchmark\": \"%s\", \"size_bytes\": %ld, \"avg_us\": %.6f}\n", bench, nbytes, result);
+    free(sbuf);
+    free(rbuf);
+    MPI_Finalize();
+    return 0;
+}
