@@ -96,7 +96,7 @@ class Measurement:
     """What one rank measured at one size."""
 
     samples_us: np.ndarray | None  #: per-iteration latency (None on ranks that do not time)
-    first_call_us: float | None
+    first_call_us: float | None  #: the first call on never-used buffers (None when not measured here)
     iterations: int
     warmup: int
     check_errors: int | None  #: mismatched elements over all checked iterations (None: not checked)
@@ -104,13 +104,16 @@ class Measurement:
 
 @dataclass
 class LoopSettings:
-    """How to time: counts, sync, check, time budget."""
+    """How to time: counts, sync, check, time budget, cache flushing."""
 
     iterations: int
     warmup: int
     check: bool = False
     sync_barrier: bool = False
     time_budget_s: float | None = None
+    first_call: bool = True  #: time the first call on slot 0 before warmup
+    flush_before: object | None = None  #: a CacheFlush run once before warmup (cold cache)
+    flush_each: object | None = None  #: a CacheFlush run before every timed iteration (--flush)
 
 
 def _corrupt_hook(coll_name: str, size_bytes: int, rank: int) -> bool:
@@ -131,26 +134,39 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
             timing: bool) -> Measurement:
     """Measure one size on this rank. ``calls[i]`` runs one iteration on ``slots[i]``.
 
-    ``agree_max`` returns the maximum of a value over all ranks (used to agree on an iteration count
-    under a time budget); ``timing`` says whether this rank's samples count.
+    Slots are used in rotation without ever restarting: the first call (slot 0), then warmup, then the
+    timed iterations each take the next slot. ``agree_max`` returns the maximum of a value over all
+    ranks (to agree on an iteration count under a time budget); ``timing`` says whether this rank's
+    samples count.
     """
     for slot in slots:
         coll.fill(slot, ctx, 0)
     per_iteration = coll.per_iteration(ctx.window)
     calls = loop.prepare(calls)
+    nslots = len(slots)
+    sync = barrier if settings.sync_barrier else None
+    flush_each = settings.flush_each
 
-    barrier()
-    first = loop.run(calls, 1, start=0)
-    first_us = float(first[0]) / 1e3 / per_iteration
+    first_us = None
+    position = 0
+    if settings.first_call:
+        barrier()
+        first_us = float(loop.run(calls, 1, start=0)[0]) / 1e3 / per_iteration
+        position = 1
+    if settings.flush_before is not None:
+        settings.flush_before()
+        barrier()
 
     warmup = settings.warmup
-    warm = loop.run(calls, warmup, start=1)
+    warm = loop.run(calls, warmup, start=position, barrier=sync, flush=flush_each)
+    position += warmup
     iterations = settings.iterations
     if settings.time_budget_s is not None:
         extra = max(0, 3 - len(warm))
         if extra:
-            warm = np.concatenate([warm, loop.run(calls, extra, start=1 + warmup)])
+            warm = np.concatenate([warm, loop.run(calls, extra, start=position, barrier=sync, flush=flush_each)])
             warmup += extra
+            position += extra
         estimate_s = agree_max(float(np.mean(warm)) / 1e9)
         iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
 
@@ -161,15 +177,32 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
         durations = np.empty(iterations, dtype=np.int64)
         corrupt = _corrupt_hook(coll.name, size_bytes, ctx.rank)
         for i in range(iterations):
-            k = i % len(slots)
+            k = (position + i) % nslots
             coll.fill(slots[k], ctx, i)
-            durations[i] = loop.run(calls, 1, start=k, barrier=barrier if settings.sync_barrier else None)[0]
+            durations[i] = loop.run(calls, 1, start=k, barrier=sync, flush=flush_each)[0]
             if corrupt:
-                target = _result_array(slots[k])
-                target.reshape(-1).view(np.uint8)[-1] ^= 0xFF
+                _result_array(slots[k]).reshape(-1).view(np.uint8)[-1] ^= 0xFF
             errors += coll.verify(slots[k], ctx, i)
     else:
-        durations = loop.run(calls, iterations, start=0, barrier=barrier if settings.sync_barrier else None)
+        durations = loop.run(calls, iterations, start=position % nslots, barrier=sync, flush=flush_each)
 
     samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
     return Measurement(samples, first_us if timing else None, iterations, warmup, errors)
+
+
+def time_fresh_calls(count: int, make_fresh, loop, barrier: Callable[[], None], per_iteration: float) -> list[float]:
+    """First-call latency (us) on ``count`` further fresh buffer sets.
+
+    ``make_fresh()`` returns (calls, release): one call bound to buffers that were just allocated, written
+    and never passed to the library, and a function that frees them.
+    """
+    out = []
+    for _ in range(count):
+        calls, release = make_fresh()
+        try:
+            prepared = loop.prepare(calls)
+            barrier()
+            out.append(float(loop.run(prepared, 1, start=0)[0]) / 1e3 / per_iteration)
+        finally:
+            release()
+    return out

@@ -9,27 +9,40 @@ from microbench.sizes import format_size
 
 COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "AlgBW(GB/s)", "BusBW(GB/s)", "Check")
 _WIDTHS = (12, 11, 11, 11, 11, 11, 13, 13, 7)
+#: Optional columns, shown when the run's options make them meaningful: name -> (header, width).
+EXTRA_COLUMNS = {"cache": ("Cache", 7), "first": ("First(us)", 11)}
 
 
-def _fmt_row(values) -> str:
-    return "".join(str(v).rjust(w) for v, w in zip(values, _WIDTHS))
+def _fmt_row(values, widths) -> str:
+    return "".join(str(v).rjust(w) for v, w in zip(values, widths))
 
 
-def format_header() -> str:
-    return "#" + _fmt_row(COLUMNS)[1:]
+def _widths(extra) -> tuple:
+    return _WIDTHS + tuple(EXTRA_COLUMNS[e][1] for e in extra)
+
+
+def format_header(extra=()) -> str:
+    return "#" + _fmt_row(COLUMNS + tuple(EXTRA_COLUMNS[e][0] for e in extra), _widths(extra))[1:]
 
 
 def _us(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def format_result_row(res: dict) -> str:
+def format_result_row(res: dict, extra=()) -> str:
     lat = res.get("latency_us") or {}
     check = {"pass": "pass", "fail": "FAIL", None: "-"}.get(res.get("check"), str(res.get("check")))
-    return _fmt_row((
+    values = [
         res["size_bytes"], _us(lat.get("avg")), _us(lat.get("min")), _us(lat.get("max")), _us(lat.get("p50")),
         _us(lat.get("p99")), f"{res.get('algbw_gbps', 0):.4f}", f"{res.get('busbw_gbps', 0):.4f}", check,
-    ))
+    ]
+    for e in extra:
+        if e == "cache":
+            values.append(res.get("cache", "-"))
+        elif e == "first":
+            first = res.get("first_call_us")
+            values.append(_us(first.get("max")) if isinstance(first, dict) else "-")
+    return _fmt_row(values, _widths(extra))
 
 
 class Table:
@@ -37,6 +50,7 @@ class Table:
 
     def __init__(self, stream: TextIO | None = None):
         self.stream = stream or sys.stdout
+        self.extra: tuple = ()
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -59,9 +73,10 @@ class Table:
             self._print(f"# {rec['benchmark']}: {rec['summary']}")
             for line in rec.get("lines", ()):
                 self._print(f"# {line}")
-            self._print(format_header())
+            self.extra = tuple(rec.get("extra_columns", ()))
+            self._print(format_header(self.extra))
         elif kind == "result":
-            self._print(format_result_row(rec))
+            self._print(format_result_row(rec, self.extra))
         elif kind == "note":
             self._print(f"# note: {rec['text']}")
         elif kind == "end":

@@ -50,6 +50,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--huge-pages", choices=HUGE_PAGE_POLICIES, default="system",
                    help="transparent huge pages for buffers: system (kernel default, as a C benchmark's "
                         "malloc), on (madvise), off (never); recorded with results (default system)")
+    g = p.add_argument_group("cache and first call")
+    g.add_argument("--cache", choices=("warm", "cold", "both"), default="warm",
+                   help="warm: the same buffers every iteration (default); cold: each iteration uses buffers out "
+                        "of the last-level cache (a rotation pool of at least twice its size, as IMB -off_cache); "
+                        "both: a warm and a cold record per size")
+    g.add_argument("--cache-size", metavar="SIZE", help="cache size cold mode works against (default: the "
+                   "last-level cache from sysfs)")
+    g.add_argument("--max-memory", default="1G", metavar="SIZE",
+                   help="bound on each rank's cold-cache pool (default 1G); a bounded pool that cannot evict is noted")
+    g.add_argument("--flush", action="store_true",
+                   help="also write a buffer of twice the cache size before every iteration (untimed)")
+    g.add_argument("--first-call-samples", type=int, default=1, metavar="K",
+                   help="time the first call at each size on K fresh buffer sets (default 1)")
+    g = p.add_argument_group("transport")
     g.add_argument("--backend", choices=("mpi",), default="mpi", help="transport (default mpi)")
     g.add_argument("--loop", choices=("auto", "native", "python"), default="auto",
                    help="timed loop: native (C, built with the MPI's mpicc at first use and cached), python, "

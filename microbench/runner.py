@@ -21,9 +21,11 @@ from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, 
 from microbench.dtypes import OPS, DType, get_dtype
 from microbench.errors import RunError, UsageError
 from microbench.native import NativeUnavailable
+from microbench.cache import CACHE_MODES, CacheFlush, last_level_cache_bytes, plan_pool, report_path, slot_report, touched_slots
+from microbench.collectives import POISON
 from microbench.records import SCHEMA_VERSION, Output
 from microbench.report import Table
-from microbench.sizes import format_bytes, format_size, parse_sizes
+from microbench.sizes import format_bytes, format_size, parse_size, parse_sizes
 
 #: Environment variables that tune the transports; recorded with every run.
 _ENV_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "MPIR_CVAR_", "MPICH_", "UCX_", "FI_", "I_MPI_", "NCCL_",
@@ -53,6 +55,11 @@ class RunOptions:
     out: str | None = None
     csv: str | None = None
     samples: str | None = None
+    cache: str = "warm"
+    cache_size: int | None = None
+    max_memory: int = 1 << 30
+    flush: bool = False
+    first_call_samples: int = 1
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
@@ -84,11 +91,16 @@ class RunOptions:
                 raise UsageError(f"--in-place applies to allreduce, allgather and reduce_scatter, not {', '.join(cannot)}")
         if args.root < 0:
             raise UsageError(f"--root must be a rank (got {args.root})")
+        if args.first_call_samples < 1:
+            raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
+        cache_size = parse_size(args.cache_size) if args.cache_size else None
+        max_memory = parse_size(args.max_memory)
         return cls(benchmarks=benchmarks, sizes=sizes, iterations=args.iterations, warmup=args.warmup,
                    time_budget=args.time_budget, dtype=args.dtype, op=args.op, check=args.check,
                    in_place=args.in_place, sync=args.sync, window=args.window, root=args.root,
                    huge_pages=args.huge_pages, backend=args.backend, loop=args.loop, out=args.out, csv=args.csv,
-                   samples=args.samples)
+                   samples=args.samples, cache=args.cache, cache_size=cache_size, max_memory=max_memory,
+                   flush=args.flush, first_call_samples=args.first_call_samples)
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -201,12 +213,28 @@ def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
         if opts.check and check_max_value(coll, opts.op, nranks) > dtype.exact_int_limit:
             raise UsageError(f"--check of {name} with {dtype.name} {opts.op} cannot be exact at {nranks} ranks; "
                              f"use a wider --dtype")
+    if (opts.cache != "warm" or opts.flush) and not cache_bytes_for(opts):
+        raise UsageError("cannot detect the last-level cache size here; give it with --cache-size (e.g. 32M)")
     check_memory(opts, nranks, local_ranks)
 
 
+def cache_bytes_for(opts: RunOptions) -> int | None:
+    """The cache size cold mode and --flush work against: --cache-size, else the detected LLC."""
+    return opts.cache_size or last_level_cache_bytes()
+
+
 def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan) -> int:
-    """Bytes of buffers one rank maps for one size."""
-    return (plan.send_count + plan.recv_count) * dtype_for(opts, coll).itemsize
+    """Bytes of buffers one rank maps for one size (the cold pool and flush buffer included)."""
+    item = dtype_for(opts, coll).itemsize
+    single = (plan.send_count + plan.recv_count) * item
+    cache = cache_bytes_for(opts) or 0
+    need = single
+    if opts.cache in ("cold", "both"):
+        pool = plan_pool(plan.send_count * item, plan.recv_count * item, cache, 10**9, opts.max_memory)
+        need = max(need, pool.pool_bytes)
+    if opts.cache in ("cold", "both") or opts.flush:
+        need += 2 * cache
+    return need
 
 
 def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
@@ -268,6 +296,7 @@ class Session:
         self.lib = library(self.MPI)
         self.argv = argv
         self.python_backend = self.backend
+        self.cache_bytes = cache_bytes_for(opts)
         self.loop = engine.PythonLoop()
         self.loop_notice: str | None = None
         self.output: Output | None = None
@@ -363,6 +392,8 @@ class Session:
                 "cpu": _cpu_model(),
                 "cpus_per_rank": launch.cpu_count(),
                 "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
+                "cache_bytes": self.cache_bytes,
+                "cache_bytes_from": "--cache-size" if o.cache_size else "sysfs (last-level cache of cpu0)",
                 "env": _relevant_env(),
             },
             "options": asdict(o),
@@ -418,8 +449,11 @@ class Session:
         else:
             counts = (f"iterations {small[0]} / {large[0]} and warmup {small[1]} / {large[1]} "
                       f"(up to 8K / above)")
+        cache = f"cache {o.cache}"
+        if o.cache != "warm" or o.flush:
+            cache += f" (against {format_bytes(self.cache_bytes)}{', flush before each iteration' if o.flush else ''})"
         lines = [", ".join(what),
-                 f"loop {self.loop.kind}, sync {o.sync}, check {'on' if o.check else 'off'}, {counts}",
+                 f"loop {self.loop.kind}, {cache}, sync {o.sync}, check {'on' if o.check else 'off'}, {counts}",
                  "latency: avg/min/max across ranks of per-rank means; P50/P99 of all samples; "
                  "algbw = S / avg, busbw = algbw x %s" % _factor_text(coll)]
         return lines
@@ -432,56 +466,94 @@ class Session:
         timing = participates(coll, ctx)
         failed = []
         if self.output:
+            extra = (["cache"] if o.cache != "warm" else []) + (["first"] if o.first_call_samples > 1 else [])
             self.output.section({"benchmark": coll.name, "summary": coll.summary,
-                                 "lines": self.section_lines(coll, dtype)})
+                                 "lines": self.section_lines(coll, dtype), "extra_columns": extra})
         skipped = []
         for size in o.sizes:
             plan = plan_size(coll, size, self.nranks, dtype, o.in_place)
             if plan is None:
                 skipped.append(size)
                 continue
-            result = self.measure_size(coll, ctx, dtype, plan, size, timing)
-            if self.rank == 0:
+            for result in self.measure_size(coll, ctx, dtype, plan, size, timing):
                 if result.get("check") == "fail":
-                    failed.append(format_size(size))
+                    failed.append(f"{format_size(size)} ({result['cache']})" if o.cache == "both" else format_size(size))
                 self.output.result(result)
         if skipped and self.output:
             unit = f"{self.nranks} x {dtype.name}" if coll.count_multiple(self.nranks) > 1 else dtype.name
             self.output.note(f"{coll.name}: sizes {', '.join(map(str, skipped))} B skipped (smaller than one {unit})")
         return self.reducer.bcast(failed, root=0)
 
+    def cache_passes(self) -> list[str]:
+        return ["warm", "cold"] if self.opts.cache == "both" else [self.opts.cache]
+
+    def _build(self, coll: Collective, ctx: Context, slots):
+        """Calls for the slots on the session's loop; the Python loop where the C loop cannot take a size."""
+        try:
+            return [coll.build(self.backend, slot, ctx) for slot in slots], self.backend, self.loop
+        except NativeUnavailable:  # element counts above the C loop's int: Python loop for this size
+            return [coll.build(self.python_backend, slot, ctx) for slot in slots], self.python_backend, \
+                engine.PythonLoop()
+
     def measure_size(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan, requested: int,
-                     timing: bool) -> dict | None:
+                     timing: bool) -> list[dict]:
+        """Measure one size in each cache mode asked for; returns the result records (rank 0)."""
+        records = []
+        for index, mode in enumerate(self.cache_passes()):
+            rec = self.measure_pass(coll, ctx, dtype, plan, requested, timing, mode, first_call=(index == 0))
+            if rec is not None:
+                records.append(rec)
+        return records
+
+    def measure_pass(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan, requested: int,
+                     timing: bool, mode: str, first_call: bool) -> dict | None:
         o = self.opts
         started = time.perf_counter()
         iters, warmup = self.counts(coll, plan.size_bytes)
+        item = dtype.itemsize
+        pool_plan = None
+        if mode == "cold":
+            uses = (1 if first_call else 0) + warmup + (iters if o.time_budget is None else 10**9)
+            pool_plan = plan_pool(plan.send_count * item, plan.recv_count * item, self.cache_bytes, uses,
+                                  o.max_memory)
+        flush = CacheFlush(2 * self.cache_bytes) if (mode == "cold" or o.flush) else None
         settings = engine.LoopSettings(iterations=iters, warmup=warmup, check=o.check,
-                                       sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget)
-        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=1, policy=o.huge_pages,
+                                       sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget,
+                                       first_call=first_call, flush_before=flush if mode == "cold" else None,
+                                       flush_each=flush if o.flush else None)
+        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy,
+                                  nslots=pool_plan.slots if pool_plan else 1, policy=o.huge_pages,
                                   ack_count=1 if coll.point_to_point else 0)
         try:
-            backend, loop = self.backend, self.loop
-            try:
-                calls = [coll.build(backend, slot, ctx) for slot in pool.slots]
-            except NativeUnavailable:  # counts above what the C loop's int takes: Python loop for this size
-                backend, loop = self.python_backend, engine.PythonLoop()
-                calls = [coll.build(backend, slot, ctx) for slot in pool.slots]
+            calls, backend, loop = self._build(coll, ctx, pool.slots)
             _test_raise_hook(coll.name, plan.size_bytes, self.rank)
             m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
                                lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
                                plan.size_bytes, timing)
+            extra_first = []
+            if first_call and o.first_call_samples > 1:
+                extra_first = engine.time_fresh_calls(
+                    o.first_call_samples - 1, lambda: self._fresh_call(coll, ctx, dtype, plan), loop,
+                    backend.barrier(), coll.per_iteration(ctx.window))
             huge = pool.huge_page_bytes()
+            slot_report(report_path(), {"rank": self.rank, "benchmark": coll.name, "size_bytes": plan.size_bytes,
+                                        "cache": mode, "slots": len(pool.slots),
+                                        "uses": (1 if first_call else 0) + m.warmup + m.iterations,
+                                        "touched": touched_slots(pool.slots, POISON)})
         finally:
             pool.close()
+            if flush is not None:
+                flush.close()
         latency = stats.summarize(m.samples_us, self.reducer)
-        first = self._first_call(m.first_call_us)
+        first = self._first_call([m.first_call_us, *extra_first] if (first_call and timing) else None) \
+            if first_call else None
         check = None
         if m.check_errors is not None:
             errors = int(self.reducer.allreduce(np.array([m.check_errors], dtype=np.int64), "sum")[0])
             check = "pass" if errors == 0 else "fail"
         hp_total = int(self.reducer.allreduce(np.array([huge or 0], dtype=np.int64), "sum")[0])
         if o.samples:
-            self._write_samples(coll, plan, m.samples_us)
+            self._write_samples(coll, plan, mode, m.samples_us)
         if self.rank != 0:
             return None
         factor = coll.busbw_factor(self.nranks)
@@ -509,7 +581,12 @@ class Session:
             "check": check,
             "first_call_us": first,
             "loop": loop.kind,
-            "cache": "warm",
+            "cache": mode,
+            "cache_bytes": self.cache_bytes if (mode == "cold" or o.flush) else None,
+            "pool_bytes": pool_plan.pool_bytes if pool_plan else plan.send_count * item + plan.recv_count * item,
+            "pool_slots": pool_plan.slots if pool_plan else 1,
+            "cache_evicts": pool_plan.evicts if pool_plan else None,
+            "flush": o.flush,
             "sync": o.sync,
             "huge_pages": o.huge_pages,
             "huge_page_bytes": hp_total,
@@ -528,16 +605,35 @@ class Session:
                 if self.hosts_by_rank[i] != self.hosts_by_rank[i + self.nranks // 2])
         return result
 
-    def _first_call(self, value: float | None) -> dict | None:
-        v = np.array([value if value is not None else np.inf, -(value if value is not None else -np.inf),
-                      value or 0.0, 1.0 if value is not None else 0.0])
-        mins = self.reducer.allreduce(v[:2], "min")
-        sums = self.reducer.allreduce(v[2:], "sum")
-        if self.rank != 0 or sums[1] == 0:
-            return None
-        return {"max": float(-mins[1]), "min": float(mins[0]), "avg": float(sums[0] / sums[1])}
+    def _fresh_call(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan):
+        """One call bound to a newly mapped, written, never-used buffer set; and its release function."""
+        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=1, policy=self.opts.huge_pages,
+                                  ack_count=1 if coll.point_to_point else 0)
+        coll.fill(pool.slots[0], ctx, 0)
+        calls, _, _ = self._build(coll, ctx, pool.slots)
+        return calls, pool.close
 
-    def _write_samples(self, coll: Collective, plan: SizePlan, samples: np.ndarray | None) -> None:
+    def _first_call(self, values: list[float] | None) -> dict | None:
+        """Cross-rank first-call figures: the very first call per rank, and the spread over fresh sets."""
+        gathered = self.reducer.gather(values)
+        if self.rank != 0:
+            return None
+        per_rank = {r: v for r, v in enumerate(gathered) if v is not None}
+        if not per_rank:
+            return None
+        firsts = [v[0] for v in per_rank.values()]
+        out = {"max": max(firsts), "min": min(firsts), "avg": sum(firsts) / len(firsts)}
+        if len(gathered) <= 256:
+            out["per_rank"] = {str(r): v[0] for r, v in per_rank.items()}
+        k = len(next(iter(per_rank.values())))
+        out["samples"] = k
+        if k > 1:
+            maxima = [max(v[j] for v in per_rank.values()) for j in range(k)]
+            out["max_across_ranks"] = {"values": maxima, "min": min(maxima), "p50": float(np.median(maxima)),
+                                       "max": max(maxima)}
+        return out
+
+    def _write_samples(self, coll: Collective, plan: SizePlan, cache: str, samples: np.ndarray | None) -> None:
         import json
 
         gathered = self.reducer.gather(None if samples is None else samples.tolist())
@@ -547,7 +643,8 @@ class Session:
             for rank, s in enumerate(gathered):
                 if s is not None:
                     f.write(json.dumps({"type": "samples", "run_id": self.run_id, "benchmark": coll.name,
-                                        "size_bytes": plan.size_bytes, "rank": rank, "latency_us": s}) + "\n")
+                                        "size_bytes": plan.size_bytes, "cache": cache, "rank": rank,
+                                        "latency_us": s}) + "\n")
 
     def finish(self, status: str, reason: str = "") -> None:
         if self.output:

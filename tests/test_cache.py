@@ -1,0 +1,117 @@
+"""Warm and cold cache modes, pool sizing, first-call records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import microbench, results_of
+from microbench.cache import last_level_cache_bytes, plan_pool
+
+MiB = 1 << 20
+
+
+def test_pool_for_small_messages_uses_each_slot_once():
+    # 8 B send + 8 B recv touch one 64 B line each: 128 B per slot; twice a 1 MiB cache needs 16384 slots,
+    # but 10000 uses never wrap, so 10000 slots (each 2 x (64 + 64) B apart) and a flush before the loop.
+    p = plan_pool(8, 8, 1 * MiB, uses=10000, max_memory=1 << 30)
+    assert (p.needed_slots, p.slots, p.slot_bytes, p.wraps, p.evicts) == (16384, 10000, 256, False, True)
+    assert p.pool_bytes == 2_560_000
+
+
+def test_pool_for_large_messages_wraps_over_twice_the_cache():
+    # 1 MiB + 1 MiB per slot, 32 MiB cache: 32 slots touch 64 MiB per trip round the pool
+    p = plan_pool(MiB, MiB, 32 * MiB, uses=111, max_memory=1 << 30)
+    assert (p.needed_slots, p.slots, p.wraps, p.evicts) == (32, 32, True, True)
+    assert p.slot_bytes == 2 * (MiB + 64)
+
+
+def test_bounded_pool_that_cannot_evict_says_so():
+    p = plan_pool(MiB, MiB, 32 * MiB, uses=111, max_memory=16 * MiB)
+    assert p.slots == 16 * MiB // (2 * (MiB + 64)) == 7
+    assert p.wraps and not p.evicts
+
+
+def test_pool_never_below_two_slots():
+    p = plan_pool(100 * MiB, 100 * MiB, 32 * MiB, uses=50, max_memory=1 * MiB)
+    assert p.slots == 2 and p.needed_slots == 2 and p.evicts  # one 200 MiB slot already displaces the cache
+
+
+def test_llc_from_sysfs(tmp_path):
+    for name, level, kind, size in (("index0", 1, "Data", "48K"), ("index1", 1, "Instruction", "32K"),
+                                    ("index2", 2, "Unified", "1024K"), ("index3", 3, "Unified", "32768K")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 32 * MiB
+    assert last_level_cache_bytes(str(tmp_path / "missing")) is None
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cache") / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw",
+                      "-m", "64,64K", "-i", "10", "-x", "2", "--cache", "both", "--check", "--first-call-samples", "3",
+                      "--cache-size", "1M", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    return out, proc
+
+
+def test_both_modes_record_their_conditions(both):
+    out, proc = both
+    res = results_of(out)
+    assert len(res) == 6 * 2 * 2
+    for r in res:
+        assert r["check"] == "pass"
+        if r["cache"] == "warm":
+            assert r["pool_slots"] == 1 and r["cache_evicts"] is None
+            first = r["first_call_us"]
+            assert first["samples"] == 3 and len(first["max_across_ranks"]["values"]) == 3
+            assert first["min"] <= first["avg"] <= first["max"]
+            assert set(first["per_rank"]) == ({"0"} if r["benchmark"] in ("latency", "bw") else {"0", "1"})
+        else:
+            assert r["cache"] == "cold" and r["cache_bytes"] == MiB
+            assert r["pool_slots"] >= 2 and r["pool_bytes"] >= r["pool_slots"] * 128 and r["cache_evicts"] is True
+            assert r["first_call_us"] is None  # measured once per size, on the first (warm) pass
+    assert "Cache" in proc.stdout and "First(us)" in proc.stdout
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_cold_mode_uses_a_new_slot_every_iteration(loop, tmp_path):
+    report = tmp_path / "slots"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "64,64K", "-i", "20", "-x", "3", "--cache", "cold",
+                      "--cache-size", "256K", "--loop", loop, env={"MICROBENCH_TEST_SLOT_REPORT": str(report)})
+    assert proc.returncode == 0, proc.output
+    for rank in (0, 1):
+        rows = {r["size_bytes"]: r for r in map(json.loads, (tmp_path / f"slots.{rank}").read_text().splitlines())}
+        small, large = rows[64], rows[65536]
+        # 64 B: 24 uses (first call, 3 warmup, 20 timed) never wrap a pool sized for twice 256 KiB: 24 slots,
+        # every one of them written by the collective
+        assert small["uses"] == 24 and small["slots"] == 24 and small["touched"] == 24
+        # 64 KiB: 128 KiB touched per slot, 4 slots cover twice 256 KiB; 24 uses wrap and touch all 4
+        assert large["slots"] == 4 and large["touched"] == 4
+
+
+def test_warm_mode_reuses_one_slot(tmp_path):
+    report = tmp_path / "slots"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "64", "-i", "20", "-x", "3",
+                      env={"MICROBENCH_TEST_SLOT_REPORT": str(report)})
+    assert proc.returncode == 0, proc.output
+    row = json.loads((tmp_path / "slots.0").read_text())
+    assert (row["slots"], row["touched"], row["cache"]) == (1, 1, "warm")
+
+
+def test_flush_between_iterations_is_recorded(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "latency", "-m", "8", "-i", "5", "-x", "1", "--flush",
+                      "--cache-size", "256K", "-c", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    assert all(r["flush"] is True and r["cache_bytes"] == 256 * 1024 and r["check"] == "pass" for r in results_of(out))
+
+
+def test_bad_cache_size_is_a_usage_error():
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "--cache", "cold", "--cache-size", "lots")
+    assert proc.returncode == 2 and "bad size 'lots'" in proc.stderr
