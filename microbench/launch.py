@@ -26,7 +26,7 @@ _LAUNCHER_VARS = (
 class LaunchInfo:
     """Where this process sits in the job, as the launcher told it (before any MPI call)."""
 
-    launcher: str | None  #: openmpi, pmix, mpich, slurm, torchrun, or None when started alone
+    launcher: str | None  #: openmpi, mpich, srun, pmix, torchrun, or None when started alone
     rank: int
     size: int | None  #: None when the launcher does not say (PMIx without a size variable)
     local_rank: int | None
@@ -54,6 +54,17 @@ def _under_srun_step(env: dict) -> bool:
     return step is not None and step not in ("batch", "extern", "4294967294", "4294967295")
 
 
+def _launcher_name(found: str, env: dict) -> str:
+    """Name the program that started this rank: openmpi, mpich (hydra), srun, pmix, torchrun."""
+    if found == "openmpi":
+        return "openmpi"
+    if found == "mpich" and "MPI_LOCALRANKID" in env:
+        return "mpich"
+    if _under_srun_step(env):
+        return "srun"
+    return found
+
+
 def discover(env: dict | None = None) -> LaunchInfo:
     """Read rank, size and local rank from the environment of mpiexec, srun or torchrun."""
     env = os.environ if env is None else env
@@ -74,7 +85,10 @@ def discover(env: dict | None = None) -> LaunchInfo:
                 local_rank = _int_env(var, env)
                 if local_rank is not None:
                     break
-        return LaunchInfo(name, rank, _int_env(size_var, env), local_rank, _int_env(local_size_var, env), host)
+        size = _int_env(size_var, env)
+        if size is None:
+            size = _int_env("SLURM_NTASKS", env) if _under_srun_step(env) else None
+        return LaunchInfo(_launcher_name(name, env), rank, size, local_rank, _int_env(local_size_var, env), host)
     return LaunchInfo(None, 0, 1, 0, 1, host)
 
 

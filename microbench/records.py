@@ -53,6 +53,8 @@ class _AppendFile:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, text: str) -> None:
+        if self.fd is None:  # closed: the run already ended (a signal or the watchdog closed the records)
+            return
         data = text.encode()
         while data:
             written = os.write(self.fd, data)
@@ -80,6 +82,7 @@ class Output:
         self._csv_header_done = bool(self._csv and not self._csv.is_empty())
         self._table = table
         self.results: list[dict] = []
+        self.closed = False
 
     def _json(self, record: dict) -> None:
         if self._jsonl:
@@ -96,6 +99,8 @@ class Output:
             self._table("section", info)
 
     def result(self, result: dict) -> None:
+        if self.closed:
+            return
         self.results.append(result)
         self._json(result)
         if self._csv:
@@ -119,6 +124,7 @@ class Output:
             self._table("end", record)
 
     def close(self) -> None:
+        self.closed = True
         for f in (self._jsonl, self._csv):
             if f:
                 f.close()

@@ -68,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loop", choices=("auto", "native", "python"), default="auto",
                    help="timed loop: native (C, built with the MPI's mpicc at first use and cached), python, "
                         "or auto: native where it builds, else python with a notice (default auto)")
+    g = p.add_argument_group("faults")
+    g.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="end the whole job when one size takes longer than this, naming the benchmark and size "
+                        "that stalled (default 600; 0 turns the watchdog off)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="FILE.jsonl", help="append JSON Lines records (flushed after each size)")
     g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 import microbench
-from microbench import agree, buffers, engine, launch, stats
+from microbench import agree, buffers, engine, faults, launch, stats
 from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, Context, check_max_value, \
     get_collective, pair_of, participates
 from microbench.dtypes import OPS, DType, get_dtype
@@ -60,6 +61,7 @@ class RunOptions:
     max_memory: int = 1 << 30
     flush: bool = False
     first_call_samples: int = 1
+    timeout: float = 600.0
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
@@ -93,6 +95,8 @@ class RunOptions:
             raise UsageError(f"--root must be a rank (got {args.root})")
         if args.first_call_samples < 1:
             raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
+        if args.timeout < 0:
+            raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
         cache_size = parse_size(args.cache_size) if args.cache_size else None
         max_memory = parse_size(args.max_memory)
         return cls(benchmarks=benchmarks, sizes=sizes, iterations=args.iterations, warmup=args.warmup,
@@ -100,7 +104,7 @@ class RunOptions:
                    in_place=args.in_place, sync=args.sync, window=args.window, root=args.root,
                    huge_pages=args.huge_pages, backend=args.backend, loop=args.loop, out=args.out, csv=args.csv,
                    samples=args.samples, cache=args.cache, cache_size=cache_size, max_memory=max_memory,
-                   flush=args.flush, first_call_samples=args.first_call_samples)
+                   flush=args.flush, first_call_samples=args.first_call_samples, timeout=args.timeout)
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -140,6 +144,17 @@ def _relevant_env() -> dict:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
 
 
+def _slurm_metadata() -> dict | None:
+    """The Slurm job this run belongs to (None outside Slurm)."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    keys = {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID", "nodelist": "SLURM_JOB_NODELIST",
+            "nnodes": "SLURM_JOB_NUM_NODES", "ntasks": "SLURM_NTASKS", "tasks_per_node": "SLURM_TASKS_PER_NODE",
+            "cpus_per_task": "SLURM_CPUS_PER_TASK", "partition": "SLURM_JOB_PARTITION", "cluster": "SLURM_CLUSTER_NAME"}
+    return {k: env[v] for k, v in keys.items() if v in env}
+
+
 def _versions() -> dict:
     out = {"microbench": microbench.__version__, "python": platform.python_version(), "numpy": np.__version__}
     try:
@@ -174,10 +189,23 @@ def self_launch(argv: list[str], nranks: int) -> int:
     cmd += launch.self_launch_argv(_strip_np(argv))
     env = {**os.environ, **extra_env, "MICROBENCH_LAUNCHED_BY": "microbench --np"}
     sys.stdout.flush()
+    proc = subprocess.Popen(cmd, env=env)
+    # Ctrl-C reaches mpiexec directly (same process group), which forwards it to the ranks: ignore it here
+    # and wait, so the ranks can close their records. SIGTERM sent to this process is passed on.
+    def on_signal(signum, frame):
+        name = signal.Signals(signum).name
+        print(f"microbench: {name}: the ranks close the records (finished sizes are on disk) and stop",
+              file=sys.stderr, flush=True)
+        if signum == signal.SIGTERM:
+            proc.send_signal(signum)
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, on_signal),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
     try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 130
+        return proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _strip_np(argv: list[str]) -> list[str]:
@@ -284,7 +312,8 @@ def init_world() -> World:
 class Session:
     """One rank's view of a run: communicators, backend, output (rank 0), metadata."""
 
-    def __init__(self, world: World, opts: RunOptions, argv: list[str]):
+    def __init__(self, world: World, opts: RunOptions, argv: list[str], state: faults.RunState,
+                 watchdog: faults.Watchdog):
         from microbench.backends.mpi import MPIBackend, library
 
         self.opts = opts
@@ -301,6 +330,7 @@ class Session:
         self.loop_notice: str | None = None
         self.output: Output | None = None
         self.run_id = None
+        self.state, self.watchdog = state, watchdog
 
     def choose_loop(self) -> None:
         """--loop auto|native|python: use the C loop where every rank can build and load it (collective)."""
@@ -367,6 +397,7 @@ class Session:
         if self.rank != 0:
             return
         self.output = Output(o.out, o.csv, Table())
+        self.state.close_records = self._write_end
         from microbench.backends.mpi import shadow_warning
 
         meta = {
@@ -381,6 +412,7 @@ class Session:
             "hosts": list(self.ranks_per_host),
             "ranks_per_host": self.ranks_per_host,
             "launcher": launch.discover().launcher,
+            "slurm": _slurm_metadata(),
             "mpi": {**self.lib.as_record(), "thread_level": "single"},
             "versions": _versions(),
             "version_mismatch": self.version_mismatch,
@@ -475,6 +507,7 @@ class Session:
             if plan is None:
                 skipped.append(size)
                 continue
+            self.watchdog.arm(f"{coll.name} at {plan.size_bytes} B")
             for result in self.measure_size(coll, ctx, dtype, plan, size, timing):
                 if result.get("check") == "fail":
                     failed.append(f"{format_size(size)} ({result['cache']})" if o.cache == "both" else format_size(size))
@@ -526,7 +559,7 @@ class Session:
                                   ack_count=1 if coll.point_to_point else 0)
         try:
             calls, backend, loop = self._build(coll, ctx, pool.slots)
-            _test_raise_hook(coll.name, plan.size_bytes, self.rank)
+            faults.test_hooks(coll.name, plan.size_bytes, self.rank)
             m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
                                lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
                                plan.size_bytes, timing)
@@ -646,11 +679,16 @@ class Session:
                                         "size_bytes": plan.size_bytes, "cache": cache, "rank": rank,
                                         "latency_us": s}) + "\n")
 
-    def finish(self, status: str, reason: str = "") -> None:
+    def _write_end(self, status: str, reason: str) -> None:
+        """Rank 0: the run's end record (called once, from whichever thread ends the run)."""
         if self.output:
             self.output.end({"type": "end", "run_id": self.run_id, "status": status, "reason": reason,
                              "time_utc": _utc_now(), "results": len(self.output.results)})
             self.output.close()
+
+    def finish(self, status: str, reason: str = "") -> None:
+        self.watchdog.disarm()
+        self.state.close(status, reason)
 
 
 def _factor_text(coll: Collective) -> str:
@@ -661,15 +699,6 @@ def _factor_text(coll: Collective) -> str:
     if abs(f4 - 0.75) < 1e-9:
         return "(n-1)/n"
     return text.get(f4, f"{f4:g}")
-
-
-def _test_raise_hook(name: str, size: int, rank: int) -> None:
-    """Test-only: MICROBENCH_TEST_RAISE=rank:benchmark:size raises on that rank at that size."""
-    spec = os.environ.get("MICROBENCH_TEST_RAISE")
-    if spec:
-        want_rank, want_name, want_size = spec.split(":")
-        if int(want_rank) == rank and want_name == name and int(want_size) == size:
-            raise RuntimeError(f"test hook: rank {rank} raises at {name} {size} B")
 
 
 def run(args, argv: list[str]) -> int:
@@ -691,12 +720,16 @@ def run(args, argv: list[str]) -> int:
             validate_for_ranks(opts, args.np, args.np)
             return self_launch(argv, args.np)
 
+    state = faults.RunState(info.rank)
+    faults.SignalGuard(state)
     world = init_world()
+    watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.MPI.COMM_WORLD.Abort)
+    watchdog.arm("setup (MPI, agreement, loop build)")
     if error is None and args.np is not None and args.np != world.nranks:
         error = UsageError(f"--np {args.np} but the launcher started {world.nranks} ranks")
     agree.raise_if_any(world.reducer, error)
     agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
-    session = Session(world, opts, argv)
+    session = Session(world, opts, argv, state, watchdog)
     session.gather_hosts()
     session.validate()
     session.choose_loop()
@@ -708,6 +741,9 @@ def run(args, argv: list[str]) -> int:
             for size in session.run_benchmark(COLLECTIVES[name]):
                 failed.append(f"{name} {size}")
         status, reason = "complete", ""
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc} (during {state.where})"
+        raise
     finally:
         session.finish(status, reason)
     if failed:

@@ -1,0 +1,113 @@
+"""Faults end the whole job quickly, with a clear message, a non-zero exit, and the finished sizes on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import microbench, read_jsonl, results_of
+
+QUICK = 60
+
+
+def lines_are_whole_json(path: Path) -> list[dict]:
+    text = path.read_text()
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_stalled_rank_trips_the_watchdog(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "10", "--timeout", "3", "--out", str(out),
+                      env={"MICROBENCH_TEST_STALL": "1:allreduce:32"}, timeout=QUICK)
+    assert proc.returncode != 0
+    assert "timeout: allreduce at 32 B did not finish within 3 s" in proc.stderr
+    assert proc.seconds < 3 + 20
+    recs = lines_are_whole_json(out)
+    assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8, 16]
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "failed" and "timeout" in recs[-1]["reason"]
+
+
+def test_killed_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "10", "--out", str(out),
+                      env={"MICROBENCH_TEST_KILL": "1:allreduce:32"}, timeout=QUICK)
+    assert proc.returncode != 0
+    assert proc.seconds < 20
+    recs = lines_are_whole_json(out)
+    assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8, 16]
+    # rank 0 got SIGTERM from the launcher and closed the run as incomplete
+    if recs[-1]["type"] == "end":
+        assert recs[-1]["status"] == "incomplete"
+
+
+def test_raising_rank_ends_the_job(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "latency", "-m", "8:64", "-i", "10", "--out", str(out),
+                      env={"MICROBENCH_TEST_RAISE": "0:latency:16"}, timeout=QUICK)
+    assert proc.returncode != 0 and proc.seconds < 20
+    assert "rank 0: RuntimeError: test hook" in proc.stderr
+    recs = lines_are_whole_json(out)
+    assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8]
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "failed" and "RuntimeError" in recs[-1]["reason"]
+
+
+def _start_long_sweep(out: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "microbench", "run", "--np", "2", "allreduce", "-m", "8:256M", "-i", "300",
+           "--out", str(out)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_results(out: Path, proc: subprocess.Popen, count: int, deadline: float = 60) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if out.exists() and len([l for l in out.read_text().splitlines() if '"type":"result"' in l]) >= count:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep ended early: {proc.communicate()}")
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("no results appeared")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to microbench", "SIGINT to the process group"])
+def test_signal_mid_sweep_marks_the_run_incomplete(how, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = _start_long_sweep(out)
+    try:
+        _wait_for_results(out, proc, 3)
+        sent = time.monotonic()
+        if how.startswith("SIGTERM"):
+            os.kill(proc.pid, signal.SIGTERM)
+            name = "SIGTERM"
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # what a Ctrl-C in the terminal does
+            name = "SIGINT"
+        stdout, stderr = proc.communicate(timeout=QUICK)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert time.monotonic() - sent < 20
+    recs = lines_are_whole_json(out)
+    results = [r for r in recs if r["type"] == "result"]
+    assert len(results) >= 3
+    assert [r["size_bytes"] for r in results] == [8 << i for i in range(len(results))]
+    end = recs[-1]
+    # Open MPI's launcher turns a Ctrl-C into SIGTERM for the ranks
+    assert end["type"] == "end" and end["status"] == "incomplete", end
+    assert end["reason"].split()[0] in ({"SIGTERM"} if name == "SIGTERM" else {"SIGINT", "SIGTERM"}), end
+    # the launcher may drop what the ranks print while it tears the job down; microbench itself says it
+    assert f"microbench: {name}: the ranks close the records" in stderr
+
+
+def test_timeout_must_not_be_negative():
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "--timeout", "-1", timeout=QUICK)
+    assert proc.returncode == 2 and "--timeout must be 0 (off) or positive" in proc.stderr
