@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from typing import TextIO
 
@@ -45,15 +47,69 @@ def format_result_row(res: dict, extra=()) -> str:
     return _fmt_row(values, _widths(extra))
 
 
+def progress_wanted(stream: TextIO | None = None) -> bool:
+    """Progress only for a person watching: the output is a terminal (or the --np parent saw one)."""
+    stream = stream or sys.stdout
+    if os.environ.get("MICROBENCH_PROGRESS") in ("0", "1"):
+        return os.environ["MICROBENCH_PROGRESS"] == "1"
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """A progress bar over all sizes of the run (tqdm), on the table's stream so the two never interleave."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, enabled: bool | None = None):
+        self.stream = stream or sys.stdout
+        self.enabled = progress_wanted(self.stream) if enabled is None else enabled
+        self._bar = None
+        if self.enabled and total > 0:
+            from tqdm import tqdm
+
+            # Under mpiexec rank 0 has no terminal of its own: the --np parent passes its width along.
+            columns = int(os.environ.get("MICROBENCH_COLUMNS") or shutil.get_terminal_size((100, 24)).columns)
+            self._bar = tqdm(total=total, file=self.stream, leave=False, unit="size", ncols=max(columns, 40), nrows=24,
+                             bar_format="{desc} {bar} {n_fmt}/{total_fmt} sizes [{elapsed}<{remaining}]")
+
+    def step(self, what: str) -> None:
+        """Say what is being measured now (before it starts)."""
+        if self._bar is not None:
+            self._bar.set_description_str(what, refresh=True)
+
+    def done(self) -> None:
+        """One size finished."""
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def write(self, text: str) -> None:
+        """Print a line above the bar."""
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+            self.stream.flush()
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
 class Table:
     """Prints what the records writer hands it; the stream is stdout unless told otherwise."""
 
-    def __init__(self, stream: TextIO | None = None):
+    def __init__(self, stream: TextIO | None = None, progress: Progress | None = None):
         self.stream = stream or sys.stdout
         self.extra: tuple = ()
+        self.progress = progress
 
     def _print(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        if self.progress is not None:
+            self.progress.write(text)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def __call__(self, kind: str, rec: dict) -> None:
         if kind == "run":
@@ -75,11 +131,16 @@ class Table:
                 self._print(f"# {line}")
             self.extra = tuple(rec.get("extra_columns", ()))
             self._print(format_header(self.extra))
+        elif kind == "result" and rec.get("benchmark") == "pairs":
+            for line in format_pairs(rec):
+                self._print(line)
         elif kind == "result":
             self._print(format_result_row(rec, self.extra))
         elif kind == "note":
             self._print(f"# note: {rec['text']}")
         elif kind == "end":
+            if self.progress is not None:
+                self.progress.close()
             status = rec.get("status")
             if status != "complete":
                 self._print(f"# run {status}: {rec.get('reason', '')}")
@@ -91,3 +152,27 @@ def describe_counts(iterations: tuple[int, int], warmup: tuple[int, int], fixed:
         return f"iterations {iterations[0]}, warmup {warmup[0]}"
     return (f"iterations {iterations[0]} (up to {format_size(8192)}) / {iterations[1]} (above), "
             f"warmup {warmup[0]} / {warmup[1]}")
+
+
+def format_pairs(rec: dict) -> list[str]:
+    """The pairwise test's matrix: '#' header lines, one row per participant, then the outliers."""
+    labels, matrix, unit = rec["labels"], rec["matrix"], rec["matrix_unit"]
+    what = "latency (p50 of half the round trip)" if rec["metric"] == "latency" else \
+        f"bandwidth (p50 per-message time, window {rec.get('window')})"
+    width = max(10, max(len(l) for l in labels) + 2)
+    lines = ["", f"# pairs: {what} at {rec['size_bytes']} B, {len(labels)} {rec['unit']}s, "
+                 f"{rec['schedule']} schedule in {rec['rounds']} rounds; cells in {unit}",
+             "#" + "".rjust(width - 1) + "".join(l.rjust(width) for l in labels)]
+    for label, row in zip(labels, matrix):
+        cells = "".join(("-" if v is None else f"{v:.3f}").rjust(width) for v in row)
+        lines.append(label.rjust(width) + cells)
+    rule = rec["outlier_rule"]
+    if rec["outliers"]:
+        for o in rec["outliers"]:
+            lines.append(f"# OUTLIER {o['labels'][0]} - {o['labels'][1]}: {o['value']:.3f} {unit} "
+                         f"(z {o['z']}, {rule['direction']} {rule.get('threshold', 0):.3f})")
+    else:
+        med = rule.get("median")
+        lines.append(f"# no outliers (median {med:.3f} {unit}, limit z {rule['z_limit']})" if med is not None
+                     else "# too few pairs to judge outliers")
+    return lines

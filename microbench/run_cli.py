@@ -1,7 +1,8 @@
 """Measure benchmarks over a message-size sweep (OMB-style options).
 
 Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
-reduce, alltoall, bibw; 'all' runs every one. Under mpiexec, srun or torchrun the ranks the launcher
+reduce, alltoall, bibw; 'all' runs every one. 'pairs' is the pairwise link test: latency and bandwidth
+between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. Under mpiexec, srun or torchrun the ranks the launcher
 started are used; alone, --np N starts N local ranks with the mpiexec of the installed MPI.
 
 Sizes are bytes per rank as the README defines them (allgather/alltoall: each rank's block;
@@ -20,11 +21,12 @@ from microbench.dtypes import DTYPES, OPS
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("benchmarks", nargs="*", metavar="BENCH",
                    help="benchmarks to run (default: allreduce allgather reduce_scatter broadcast latency bw; "
-                        "'all' adds reduce, alltoall, bibw)")
+                        "'all' adds reduce, alltoall, bibw); 'pairs' is the pairwise link test")
     g = p.add_argument_group("sweep")
-    g.add_argument("-m", "--sizes", default="1:1M", metavar="SIZES",
+    g.add_argument("-m", "--sizes", metavar="SIZES",
                    help="message sizes: MIN:MAX doubling, K/M/G suffixes (powers of 2), comma lists; "
-                        "e.g. 8:1M or 8,4K,1M (default 1:1M)")
+                        "e.g. 8:1M or 8,4K,1M (default 1:1M; pairs: latency at the smallest, bandwidth at the "
+                        "largest, default 8 and 1M)")
     g.add_argument("-i", "--iterations", type=int, metavar="N",
                    help="timed iterations at every size (default as OMB: latency 10000/1000, bw 100/20, "
                         "collectives 1000/100, the second above 8 KiB)")
@@ -50,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--huge-pages", choices=HUGE_PAGE_POLICIES, default="system",
                    help="transparent huge pages for buffers: system (kernel default, as a C benchmark's "
                         "malloc), on (madvise), off (never); recorded with results (default system)")
+    g.add_argument("--serial", action="store_true",
+                   help="pairs: measure one pair at a time instead of N/2 disjoint pairs per round")
     g = p.add_argument_group("cache and first call")
     g.add_argument("--cache", choices=("warm", "cold", "both"), default="warm",
                    help="warm: the same buffers every iteration (default); cold: each iteration uses buffers out "

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import platform
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 import microbench
-from microbench import agree, buffers, engine, faults, launch, stats
+from microbench import agree, buffers, engine, faults, launch, pairs, stats
 from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, Context, check_max_value, \
     get_collective, pair_of, participates
 from microbench.dtypes import OPS, DType, get_dtype
@@ -25,13 +26,14 @@ from microbench.native import NativeUnavailable
 from microbench.cache import CACHE_MODES, CacheFlush, last_level_cache_bytes, plan_pool, report_path, slot_report, touched_slots
 from microbench.collectives import POISON
 from microbench.records import SCHEMA_VERSION, Output
-from microbench.report import Table
+from microbench.report import Progress, Table
 from microbench.sizes import format_bytes, format_size, parse_size, parse_sizes
 
 #: Environment variables that tune the transports; recorded with every run.
 _ENV_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "MPIR_CVAR_", "MPICH_", "UCX_", "FI_", "I_MPI_", "NCCL_",
                  "GLOO_", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "MICROBENCH_")
 _MEMORY_HEADROOM = 0.9  #: use at most this share of MemAvailable
+DEFAULT_SIZES = "1:1M"
 
 
 @dataclass
@@ -62,18 +64,27 @@ class RunOptions:
     flush: bool = False
     first_call_samples: int = 1
     timeout: float = 600.0
+    pairs: bool = False  #: run the pairwise link test
+    pair_sizes: tuple[int, int] = (8, 1 << 20)  #: (latency size, bandwidth size) of the pairwise test
+    serial: bool = False
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
         names = args.benchmarks or list(DEFAULT_BENCHMARKS)
         if names == ["all"]:
             names = list(COLLECTIVES)
-        benchmarks = []
+        benchmarks, pairs = [], False
         for name in names:
+            if name.lower() == "pairs":
+                pairs = True
+                continue
             coll = get_collective(name)
             if coll.name not in benchmarks:
                 benchmarks.append(coll.name)
-        sizes = parse_sizes(args.sizes)
+        sizes = parse_sizes(args.sizes or DEFAULT_SIZES)
+        pair_sizes = (min(sizes), max(sizes)) if args.sizes else (8, 1 << 20)
+        if args.serial and not pairs:
+            raise UsageError("--serial applies to the pairwise link test (microbench run pairs)")
         if args.dtype:
             get_dtype(args.dtype)
         if args.op not in OPS:
@@ -104,7 +115,8 @@ class RunOptions:
                    in_place=args.in_place, sync=args.sync, window=args.window, root=args.root,
                    huge_pages=args.huge_pages, backend=args.backend, loop=args.loop, out=args.out, csv=args.csv,
                    samples=args.samples, cache=args.cache, cache_size=cache_size, max_memory=max_memory,
-                   flush=args.flush, first_call_samples=args.first_call_samples, timeout=args.timeout)
+                   flush=args.flush, first_call_samples=args.first_call_samples, timeout=args.timeout,
+                   pairs=pairs, pair_sizes=pair_sizes, serial=args.serial)
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -188,6 +200,9 @@ def self_launch(argv: list[str], nranks: int) -> int:
         raise RunError(f"cannot start {nranks} ranks: {exc}") from exc
     cmd += launch.self_launch_argv(_strip_np(argv))
     env = {**os.environ, **extra_env, "MICROBENCH_LAUNCHED_BY": "microbench --np"}
+    # rank 0's output reaches the terminal through mpiexec's pipes: say whether a person is watching
+    env.setdefault("MICROBENCH_PROGRESS", "1" if (sys.stdout.isatty() and sys.stderr.isatty()) else "0")
+    env.setdefault("MICROBENCH_COLUMNS", str(shutil.get_terminal_size((100, 24)).columns))
     sys.stdout.flush()
     proc = subprocess.Popen(cmd, env=env)
     # Ctrl-C reaches mpiexec directly (same process group), which forwards it to the ranks: ignore it here
@@ -241,6 +256,8 @@ def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
         if opts.check and check_max_value(coll, opts.op, nranks) > dtype.exact_int_limit:
             raise UsageError(f"--check of {name} with {dtype.name} {opts.op} cannot be exact at {nranks} ranks; "
                              f"use a wider --dtype")
+    if opts.pairs and nranks < 2:
+        raise UsageError(f"pairs needs at least 2 ranks (this run has {nranks}); start it with --np 2 or more")
     if (opts.cache != "warm" or opts.flush) and not cache_bytes_for(opts):
         raise UsageError("cannot detect the last-level cache size here; give it with --cache-size (e.g. 32M)")
     check_memory(opts, nranks, local_ranks)
@@ -271,9 +288,12 @@ def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
     if avail is None:
         return
     worst = None
-    for name in opts.benchmarks:
-        coll = COLLECTIVES[name]
-        for size in opts.sizes:
+    sweeps = [(COLLECTIVES[name], opts.sizes) for name in opts.benchmarks]
+    if opts.pairs:
+        sweeps.append((COLLECTIVES["bw"], [opts.pair_sizes[1]]))
+    for coll, sizes in sweeps:
+        name = coll.name if coll.name in opts.benchmarks else "pairs"
+        for size in sizes:
             plan = plan_size(coll, size, nranks, dtype_for(opts, coll), opts.in_place)
             if plan is not None:
                 need = buffer_bytes_per_rank(opts, coll, plan)
@@ -331,6 +351,8 @@ class Session:
         self.output: Output | None = None
         self.run_id = None
         self.state, self.watchdog = state, watchdog
+        self.progress: Progress | None = None
+        self._progress_started = False
 
     def choose_loop(self) -> None:
         """--loop auto|native|python: use the C loop where every rank can build and load it (collective)."""
@@ -396,7 +418,9 @@ class Session:
         self.run_id = self.reducer.bcast(uuid.uuid4().hex[:12] if self.rank == 0 else None)
         if self.rank != 0:
             return
-        self.output = Output(o.out, o.csv, Table())
+        total = len(o.sizes) * len(o.benchmarks) + (2 * len(self.pair_schedule()[3]) if o.pairs else 0)
+        self.progress = Progress(total)
+        self.output = Output(o.out, o.csv, Table(progress=self.progress))
         self.state.close_records = self._write_end
         from microbench.backends.mpi import shadow_warning
 
@@ -508,6 +532,7 @@ class Session:
                 skipped.append(size)
                 continue
             self.watchdog.arm(f"{coll.name} at {plan.size_bytes} B")
+            self._progress(f"{coll.name} {format_size(plan.size_bytes)}")
             for result in self.measure_size(coll, ctx, dtype, plan, size, timing):
                 if result.get("check") == "fail":
                     failed.append(f"{format_size(size)} ({result['cache']})" if o.cache == "both" else format_size(size))
@@ -516,6 +541,86 @@ class Session:
             unit = f"{self.nranks} x {dtype.name}" if coll.count_multiple(self.nranks) > 1 else dtype.name
             self.output.note(f"{coll.name}: sizes {', '.join(map(str, skipped))} B skipped (smaller than one {unit})")
         return self.reducer.bcast(failed, root=0)
+
+    def pair_schedule(self):
+        """(participant ranks, labels, 'host' or 'rank', rounds of pairs) of the pairwise test."""
+        members, labels, unit = pairs.choose_participants(self.hosts_by_rank)
+        return members, labels, unit, pairs.serial(members) if self.opts.serial else pairs.round_robin(members)
+
+    def run_pairs(self) -> None:
+        """The pairwise link test: a latency and a bandwidth matrix over every pair of participants."""
+        o = self.opts
+        members, labels, unit, schedule = self.pair_schedule()
+        index = {rank: i for i, rank in enumerate(members)}
+        for metric, coll, size in (("latency", COLLECTIVES["latency"], o.pair_sizes[0]),
+                                   ("bandwidth", COLLECTIVES["bw"], o.pair_sizes[1])):
+            dtype = dtype_for(o, coll)
+            plan = plan_size(coll, size, self.nranks, dtype, False)
+            iters, warmup = self.counts(coll, plan.size_bytes)
+            settings = engine.LoopSettings(iterations=iters, warmup=warmup, first_call=False)
+            matrix: list[list[float | None]] = [[None] * len(members) for _ in members]
+            started = time.perf_counter()
+            for number, round_pairs in enumerate(schedule, 1):
+                partner = {a: (b, True) for a, b in round_pairs} | {b: (a, False) for a, b in round_pairs}
+                peer, initiator = partner.get(self.rank, (None, False))
+                ctx = Context(rank=self.rank, nranks=self.nranks, window=o.window, peer=peer, initiator=initiator)
+                self.watchdog.arm(f"pairs {metric} round {number}/{len(schedule)} at {plan.size_bytes} B")
+                self._progress(f"pairs {metric} round {number}/{len(schedule)}")
+                pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, policy=o.huge_pages,
+                                          ack_count=1)
+                try:
+                    calls, backend, loop = self._build(coll, ctx, pool.slots)
+                    m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
+                                       lambda v: v, plan.size_bytes, timing=initiator)
+                finally:
+                    pool.close()
+                value = float(np.median(m.samples_us)) if initiator else None
+                cells = self.reducer.gather((peer, value) if initiator else None)
+                if self.rank == 0:
+                    for rank, cell in enumerate(cells):
+                        if cell is not None:
+                            i, j = index[rank], index[cell[0]]
+                            v = cell[1] if metric == "latency" else stats.bandwidth_gbps(plan.size_bytes, cell[1])
+                            matrix[i][j] = matrix[j][i] = v
+            if self.rank == 0:
+                self.output.result(self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit,
+                                                      schedule, iters, warmup, loop.kind, started))
+
+    def _pairs_record(self, metric, coll, plan, dtype, matrix, members, labels, unit, schedule, iters, warmup,
+                      loop_kind, started) -> dict:
+        found, rule = pairs.outliers(matrix, higher_is_worse=(metric == "latency"))
+        values = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
+        lat_values = values if metric == "latency" else [plan.size_bytes / (v * 1e9) * 1e6 for v in values]
+        lat = {"avg": float(np.mean(lat_values)), "min": min(lat_values), "max": max(lat_values),
+               "p50": float(np.median(lat_values)), "p10": float(np.percentile(lat_values, 10)),
+               "p90": float(np.percentile(lat_values, 90)), "p99": float(np.percentile(lat_values, 99)),
+               "samples": len(lat_values), "over": "pairs (each the p50 of its iterations)"}
+        algbw = stats.bandwidth_gbps(plan.size_bytes, lat["avg"])
+        return {
+            "type": "result", "run_id": self.run_id, "benchmark": "pairs", "metric": metric,
+            "backend": self.opts.backend, "size_bytes": plan.size_bytes, "send_bytes": plan.io_send_bytes,
+            "recv_bytes": plan.io_recv_bytes, "ranks": self.nranks, "dtype": dtype.name, "op": None,
+            "in_place": None, "iterations": iters, "warmup": warmup, "latency_us": lat,
+            "algbw_gbps": algbw, "busbw_gbps": algbw, "algbw_bytes": plan.size_bytes, "busbw_factor": 1.0,
+            "check": None, "first_call_us": None, "loop": loop_kind, "cache": "warm", "sync": "none",
+            "window": self.opts.window if metric == "bandwidth" else None,
+            "unit": unit, "labels": labels, "participant_ranks": members,
+            "matrix_unit": "us" if metric == "latency" else "GB/s", "matrix": matrix,
+            "schedule": "serial" if self.opts.serial else "round-robin", "rounds": len(schedule),
+            "outliers": [{"pair": [o.i, o.j], "labels": [labels[o.i], labels[o.j]], "value": o.value,
+                          "z": round(o.z, 2)} for o in found],
+            "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs",
+                             "direction": "above" if metric == "latency" else "below", **rule},
+            "time_utc": _utc_now(), "wall_s": round(time.perf_counter() - started, 4),
+        }
+
+    def _progress(self, what: str) -> None:
+        """Rank 0: advance the progress bar (one step per size or pairs round, announced before it runs)."""
+        if self.rank == 0 and self.progress is not None:
+            if self._progress_started:
+                self.progress.done()
+            self._progress_started = True
+            self.progress.step(what)
 
     def cache_passes(self) -> list[str]:
         return ["warm", "cold"] if self.opts.cache == "both" else [self.opts.cache]
@@ -740,6 +845,8 @@ def run(args, argv: list[str]) -> int:
         for name in opts.benchmarks:
             for size in session.run_benchmark(COLLECTIVES[name]):
                 failed.append(f"{name} {size}")
+        if opts.pairs:
+            session.run_pairs()
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"

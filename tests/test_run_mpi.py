@@ -212,3 +212,18 @@ def test_module_and_console_script_entry_points():
         assert cmd[0], "console script not installed"
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and out.stdout.startswith("microbench ")
+
+
+def test_progress_only_for_a_terminal(tmp_path):
+    # piped output (as here, and in CI logs): no progress bar at all
+    quiet = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "10")
+    assert quiet.returncode == 0 and "sizes [" not in quiet.output
+    # a terminal on the --np parent (simulated with MICROBENCH_PROGRESS=1): rank 0 draws one bar on stdout,
+    # cleared before each table line, so the table stays intact
+    shown = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "10", env={"MICROBENCH_PROGRESS": "1"})
+    assert shown.returncode == 0, shown.output
+    assert "sizes [" in shown.stdout and "sizes [" not in shown.stderr
+    assert "/4 sizes" in shown.stdout  # one bar over 4 sizes: not one per rank
+    rows = [line.split("\r")[-1] for line in shown.stdout.splitlines()]
+    data = [r for r in rows if r.strip() and not r.startswith("#") and "sizes [" not in r]
+    assert [int(r.split()[0]) for r in data] == [8, 16, 32, 64]

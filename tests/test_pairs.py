@@ -1,0 +1,92 @@
+"""The pairwise link test: the tournament schedule, outlier rule, and a real 4-rank matrix."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from conftest import microbench, results_of
+from microbench.pairs import choose_participants, outliers, round_robin, serial
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9])
+def test_round_robin_meets_every_pair_once_in_disjoint_rounds(n):
+    members = list(range(10, 10 + n))
+    rounds = round_robin(members)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    seen = [pair for r in rounds for pair in r]
+    assert sorted(seen) == sorted(itertools.combinations(members, 2))
+    for r in rounds:
+        flat = [x for pair in r for x in pair]
+        assert len(flat) == len(set(flat))  # nobody in two pairs of one round
+        assert len(r) == n // 2
+
+
+def test_serial_is_one_pair_per_round():
+    rounds = serial([0, 1, 2, 3])
+    assert len(rounds) == 6 and all(len(r) == 1 for r in rounds)
+
+
+def test_participants_are_hosts_across_hosts_else_ranks():
+    assert choose_participants(["a", "a", "b", "b", "c"]) == ([0, 2, 4], ["a", "b", "c"], "host")
+    assert choose_participants(["a", "a", "a"]) == ([0, 1, 2], ["rank 0", "rank 1", "rank 2"], "rank")
+
+
+def _matrix(n, value, bad=None, bad_value=None):
+    m = [[None if i == j else value * (1 + 0.01 * ((i + j) % 3)) for j in range(n)] for i in range(n)]
+    if bad:
+        i, j = bad
+        m[i][j] = m[j][i] = bad_value
+    return m
+
+
+def test_one_slow_link_is_flagged():
+    found, rule = outliers(_matrix(6, 2.0, bad=(1, 4), bad_value=6.0), higher_is_worse=True)
+    assert [(o.i, o.j) for o in found] == [(1, 4)]
+    assert rule["cells"] == 15 and rule["median"] == pytest.approx(2.02)
+    assert found[0].value > rule["threshold"]
+
+
+def test_one_weak_bandwidth_link_is_flagged_low():
+    found, _ = outliers(_matrix(6, 12.0, bad=(0, 5), bad_value=3.0), higher_is_worse=False)
+    assert [(o.i, o.j) for o in found] == [(0, 5)]
+    found, _ = outliers(_matrix(6, 12.0, bad=(0, 5), bad_value=30.0), higher_is_worse=False)
+    assert found == []  # faster than the rest is not a fault
+
+
+def test_uniform_matrix_flags_nothing():
+    assert outliers(_matrix(8, 1.0), higher_is_worse=True)[0] == []
+    assert outliers([[None, 1.0], [1.0, None]], higher_is_worse=True)[1]["median"] is None  # too few pairs
+
+
+@pytest.mark.parametrize("schedule", ["round-robin", "serial"])
+def test_pairs_matrix_on_four_ranks(schedule, tmp_path):
+    out = tmp_path / "r.jsonl"
+    args = ["run", "--np", "4", "pairs", "-m", "8,64K", "-i", "20", "-x", "2", "--out", str(out)]
+    if schedule == "serial":
+        args.append("--serial")
+    proc = microbench(*args, timeout=180)
+    assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert [(r["benchmark"], r["metric"], r["size_bytes"]) for r in res] == [("pairs", "latency", 8),
+                                                                           ("pairs", "bandwidth", 65536)]
+    for r in res:
+        m = r["matrix"]
+        assert len(m) == 4 and all(len(row) == 4 for row in m)
+        for i in range(4):
+            assert m[i][i] is None
+            for j in range(4):
+                if i != j:
+                    assert m[i][j] == m[j][i] and m[i][j] > 0
+        assert r["labels"] == ["rank 0", "rank 1", "rank 2", "rank 3"] and r["unit"] == "rank"
+        assert r["schedule"] == schedule and r["rounds"] == (3 if schedule == "round-robin" else 6)
+        assert r["matrix_unit"] == ("us" if r["metric"] == "latency" else "GB/s")
+        assert isinstance(r["outliers"], list) and r["outlier_rule"]["cells"] == 6
+        assert r["latency_us"]["samples"] == 6
+    assert "# pairs: latency" in proc.stdout and "# pairs: bandwidth" in proc.stdout
+
+
+def test_serial_without_pairs_is_refused():
+    proc = microbench("run", "--np", "2", "latency", "--serial", "-m", "8")
+    assert proc.returncode == 2 and "--serial applies to the pairwise link test" in proc.stderr
