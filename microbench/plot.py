@@ -5,8 +5,6 @@ its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algb
 latency from the same statistics. --by config merges the runs of each configuration: the line is then
 the median over runs and the band the spread over runs. PNG, and SVG with --svg. Results of benchmarks
 this command cannot draw are skipped with a note.
-
-``heatmap()`` draws an N x N matrix (e.g. pairwise link results) for other commands.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ from microbench.errors import UsageError
 from microbench.gate.metrics import LATENCY_STATS
 from microbench.plotting.heatmap import heatmap
 
+#: heatmap(matrix, labels, title, unit, path, outliers) draws an N x N matrix (e.g. pairwise link
+#: results) for other commands; it lives in microbench.plotting.heatmap and is offered here.
 __all__ = ["heatmap", "add_arguments", "main"]
 
 

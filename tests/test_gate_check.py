@@ -130,6 +130,14 @@ def test_min_runs(tmp_path):
     assert judge(tmp_path / "b", spec, [result()], [result()], [result()])[0].passed
 
 
+def test_a_run_is_one_sample_even_when_it_holds_a_configuration_twice(tmp_path):
+    spec = LATENCY_RULE.replace("sizes = \"8:16\"", "sizes = \"8\"") + 'runs = "all"\nmin_runs = 2\n'
+    outcome, = judge(tmp_path, spec, [result(p50=10.0), result(p50=70.0)], [result(p50=20.0)])
+    runs, latency = outcome.judgements
+    assert runs.value == 2 and runs.passed
+    assert latency.values == [40.0, 20.0] and latency.value == 40.0 and latency.passed
+
+
 def test_configurations_are_judged_separately(tmp_path):
     spec = LATENCY_RULE.replace("sizes = \"8:16\"", "sizes = \"8\"")
     outcome, = judge(tmp_path, spec, [result(p50=10.0), result(p50=90.0, dtype="float64"),

@@ -184,7 +184,9 @@ def test_filters_and_threshold(tmp_path, capsys):
     assert {(r["config"]["benchmark"], r["config"]["size_bytes"]) for r in doc["rows"]} == {("latency", 8),
                                                                                           ("latency", 64)}
     assert cli("--baseline", base, "--new", new, "--threshold", "10%") == 0
-    capsys.readouterr()
+    assert "on both sides" not in capsys.readouterr().out
+    assert cli("--baseline", base, "--new", base) == 0
+    assert "# note: 4 run(s) are on both sides: b0, b1, b2, b3" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.1", 0.1), ("150%", 1.5)])

@@ -1,7 +1,8 @@
 """Judging runs against a spec: each rule, each configuration it covers, each criterion.
 
 A rule selects result records (benchmark, sizes, filters) and groups them by configuration
-(``keys.config_key``); each run contributes one value per configuration. Per threshold the per-run
+(``keys.config_key``); each run contributes one value per configuration (the median, should a run hold
+the configuration twice). Per threshold the per-run
 values (``metrics.metric_value``) are reduced by the rule's ``runs`` mode (best, median, or all = the
 worst run) and compared with the limit loosened by the tolerance. ``require_check`` needs
 ``check == "pass"`` in every run (a data error is not noise). ``min_runs`` needs that many runs.
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from microbench.gate import keys
 from microbench.gate.keys import ConfigKey
-from microbench.gate.load import run_label
+from microbench.gate.load import unique_labels
 from microbench.gate.metrics import UNITS, higher_is_better, metric_value
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.table import size_text
@@ -81,29 +82,32 @@ def evaluate(spec: Spec, runs: list[Run]) -> list[RuleOutcome]:
     return [evaluate_rule(rule, runs) for rule in spec.rules]
 
 
+#: configuration -> run label -> that run's results of the configuration (usually one)
+Groups = dict[ConfigKey, dict[str, list[dict]]]
+
+
 def evaluate_rule(rule: Rule, runs: list[Run]) -> RuleOutcome:
     outcome = RuleOutcome(rule)
-    groups: dict[ConfigKey, list[tuple[str, dict]]] = {}
-    for run in runs:
+    groups: Groups = {}
+    for label, run in zip(unique_labels(runs), runs):
         for result in run.results:
             if rule.matches(result):
-                groups.setdefault(keys.config_key(result), []).append((run_label(run), result))
+                groups.setdefault(keys.config_key(result), {}).setdefault(label, []).append(result)
     if not groups:
         outcome.problems.append(f"no measurement matches {_selection(rule)} (fail closed)")
         return outcome
     outcome.problems.extend(_missing_sizes(rule, groups))
     for key in sorted(groups, key=ConfigKey.sort_key):
-        samples = groups[key]
-        run_ids = [rid for rid, _ in samples]
+        by_run = groups[key]
         if rule.min_runs > 1:
-            ok = len(samples) >= rule.min_runs
+            ok = len(by_run) >= rule.min_runs
             outcome.judgements.append(Judgement(
-                key, "min_runs", ok, run_ids, [], value=len(samples), limit=rule.min_runs,
-                detail=f"{len(samples)} run(s), the rule needs at least {rule.min_runs}"))
+                key, "min_runs", ok, list(by_run), [], value=len(by_run), limit=rule.min_runs,
+                detail=f"{len(by_run)} run(s), the rule needs at least {rule.min_runs}"))
         for threshold in rule.thresholds:
-            outcome.judgements.append(_judge_threshold(rule, threshold, key, samples))
+            outcome.judgements.append(_judge_threshold(rule, threshold, key, by_run))
         if rule.require_check:
-            outcome.judgements.append(_judge_check(key, samples))
+            outcome.judgements.append(_judge_check(key, by_run))
     return outcome
 
 
@@ -113,17 +117,17 @@ def _selection(rule: Rule) -> str:
     return " ".join(["/".join(rule.benchmarks), sizes, *where])
 
 
-def _missing_sizes(rule: Rule, groups: dict[ConfigKey, list[tuple[str, dict]]]) -> list[str]:
+def _missing_sizes(rule: Rule, groups: Groups) -> list[str]:
     if rule.sizes is None:
         found = {k.benchmark for k in groups}
         return [f"no measurement of {b} matches (fail closed)" for b in rule.benchmarks if b not in found]
     problems = []
     for bench in rule.benchmarks:
         covered = set()
-        for key, samples in groups.items():
+        for key, by_run in groups.items():
             if key.benchmark == bench:
-                for _, res in samples:
-                    covered.update((res.get("size_bytes"), res.get("requested_bytes")))
+                for results in by_run.values():
+                    covered.update(r.get(f) for r in results for f in ("size_bytes", "requested_bytes"))
         missing = [s for s in rule.sizes if s not in covered]
         if missing:
             shown = ", ".join(size_text(s) for s in missing[:8]) + (" ..." if len(missing) > 8 else "")
@@ -139,17 +143,18 @@ def reduce_runs(values: list[float], mode: str, higher_better: bool) -> float:
     return float(max(values) if pick_best == higher_better else min(values))
 
 
-def _judge_threshold(rule: Rule, threshold, key: ConfigKey, samples: list[tuple[str, dict]]) -> Judgement:
+def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:
     stat = rule.stat_for(threshold.metric)
-    run_ids = [rid for rid, _ in samples]
-    values = [metric_value(res, threshold.metric, stat) for _, res in samples]
+    run_ids = list(by_run)
+    per_result = [[metric_value(res, threshold.metric, stat) for res in results] for results in by_run.values()]
+    values = [None if None in vals else float(statistics.median(vals)) for vals in per_result]
     allowed = threshold.allowed(rule.tolerance)
     base = dict(key=key, criterion=threshold.name, run_ids=run_ids, values=values, limit=threshold.limit,
                 allowed=allowed, metric=threshold.metric, stat=stat)
     lacking = sum(v is None for v in values)
     if lacking:
         field_name = f"latency_us.{stat}" if threshold.metric == "latency" else f"{threshold.metric} from {stat}"
-        return Judgement(passed=False, detail=f"{lacking} of {len(values)} record(s) lack {field_name}", **base)
+        return Judgement(passed=False, detail=f"{lacking} of {len(values)} run(s) lack {field_name}", **base)
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
     unit = UNITS[threshold.metric]
@@ -162,9 +167,11 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, samples: list[tuple[
     return Judgement(passed=passed, value=value, detail=detail, **base)
 
 
-def _judge_check(key: ConfigKey, samples: list[tuple[str, dict]]) -> Judgement:
-    run_ids = [rid for rid, _ in samples]
-    states = [res.get("check") for _, res in samples]
+def _judge_check(key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:
+    run_ids = list(by_run)
+    per_run = [[res.get("check") for res in results] for results in by_run.values()]
+    states = ["fail" if "fail" in s else None if None in s else s[0] if len(set(s)) == 1 else "mixed"
+              for s in per_run]
     failed = [rid for rid, s in zip(run_ids, states) if s == "fail"]
     unchecked = sum(s is None for s in states)
     passed = not failed and not unchecked and all(s == "pass" for s in states)

@@ -138,6 +138,9 @@ def report_lines(result: Comparison, baseline: list[Run], new: list[Run], args) 
         f"regression?: beyond the threshold but too few runs to judge (at {conf} a side needs >= {need} runs "
         f"when the other has as many); noise: beyond the threshold, CI holds 1",
     ]
+    shared = {r.run_id for r in baseline if r.run_id} & {r.run_id for r in new if r.run_id}
+    if shared:
+        lines.append(f"# note: {len(shared)} run(s) are on both sides: {', '.join(sorted(shared)[:5])}")
     shown = keys.varying_options(r.key for r in result.rows)
     common = keys.common_options([r.key for r in result.rows])
     if common != "-":

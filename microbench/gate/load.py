@@ -54,6 +54,17 @@ def run_label(run: Run) -> str:
     return run.run_id or os.path.basename(run.source) or "?"
 
 
+def unique_labels(runs: list[Run]) -> list[str]:
+    """``run_label`` of each run, with ``#2``, ``#3`` ... added where labels repeat (runs without an id)."""
+    seen: dict[str, int] = {}
+    out = []
+    for run in runs:
+        label = run_label(run)
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
+    return out
+
+
 def time_span(runs: list[Run]) -> str:
     """``FIRST .. LAST`` start times of the runs (or one time, or ``unknown time``)."""
     times = sorted(t for t in (run_time(r) for r in runs) if t)
