@@ -1,0 +1,132 @@
+"""Judge results against an acceptance spec (a TOML list of rules): exit 0 all pass, 1 any fails, 2 bad input.
+
+Each rule selects results (benchmark, sizes, filters such as backend or ranks) and states limits:
+max_latency_us (judged on p50 unless stat = ...), min_busbw_gbps, min_algbw_gbps, require_check.
+Several runs of a configuration are judged by the rule's runs mode: best, median (default) or all.
+Fail closed: a rule that no measurement matches fails, as does a listed size nobody measured.
+See scripts/specs/ for examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from microbench.errors import UsageError
+from microbench.gate import junit, keys
+from microbench.gate.check import RuleOutcome, evaluate
+from microbench.gate.load import load_runs, mpi_library, time_span
+from microbench.gate.metrics import UNITS
+from microbench.gate.spec import Spec, load_spec
+from microbench.gate.table import num, render
+from microbench.records import Run
+from microbench.sizes import format_size
+
+_CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
+                     "require_check": "check", "min_runs": "runs"}
+_MAX_VALUES_SHOWN = 5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help="JSONL result files or directories (every *.jsonl below them)")
+    p.add_argument("--spec", required=True, metavar="SPEC.toml", help="acceptance spec (TOML list of [[rule]])")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON instead of the table")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one testcase per rule) for CI systems")
+    p.add_argument("--failures-only", action="store_true",
+                   help="table: show only the failing rows of each rule (verdict lines stay)")
+
+
+def main(args) -> int:
+    spec = load_spec(args.spec)
+    runs = load_runs(args.results)
+    outcomes = evaluate(spec, runs)
+    if args.junit:
+        try:
+            junit.write(args.junit, spec, outcomes, {"results": " ".join(args.results), "runs": str(len(runs))})
+        except OSError as exc:
+            raise UsageError(f"cannot write JUnit XML to {args.junit}: {exc.strerror or exc}") from None
+    if args.json:
+        json.dump(as_json(spec, runs, outcomes, args.results), sys.stdout, indent=1)
+        print()
+    else:
+        print("\n".join(report_lines(spec, runs, outcomes, args.failures_only)))
+    return 0 if all(o.passed for o in outcomes) else 1
+
+
+def as_json(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], files: list[str]) -> dict:
+    failed = sum(not o.passed for o in outcomes)
+    return {
+        "spec": spec.path, "description": spec.description, "files": list(files),
+        "runs": [{"run_id": r.run_id, "time_utc": r.meta.get("time_utc"), "source": r.source,
+                  "status": (r.end or {}).get("status")} for r in runs],
+        "passed": failed == 0,
+        "summary": {"rules": len(outcomes), "passed": len(outcomes) - failed, "failed": failed},
+        "rules": [o.as_dict() for o in outcomes],
+    }
+
+
+def report_lines(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], failures_only: bool = False
+                 ) -> list[str]:
+    libs = sorted({mpi_library(r) for r in runs})
+    lines = [f"# microbench check: spec {spec.path}" + (f" ({spec.description})" if spec.description else ""),
+             f"# {len(runs)} run(s), {time_span(runs)}, {', '.join(libs)}"]
+    for r in runs:
+        status = (r.end or {}).get("status", "no end line")
+        if status != "complete":
+            lines.append(f"# note: run {r.run_id} ended {status}; its finished sizes are judged")
+    lines += ["# latency (us): the run's latency_us[stat], stat p50 (of all samples) unless the rule says; "
+              "bandwidth (GB/s): S [x busbw factor] / latency[stat], stat avg (the recorded value) unless the rule says",
+              "# runs=best: the best run is judged; median: the median over runs; all: the worst run (every run must pass)",
+              "# allowed = limit x (1 + tolerance) for latency, limit x (1 - tolerance) for bandwidth"]
+    for outcome in outcomes:
+        lines.append("")
+        lines.extend(rule_lines(outcome, failures_only))
+    failed = sum(not o.passed for o in outcomes)
+    lines.append("")
+    lines.append(f"# {len(outcomes)} rule(s): {len(outcomes) - failed} passed, {failed} failed"
+                 + ("" if failed else " -> PASS") + (" -> FAIL" if failed else ""))
+    return lines
+
+
+def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
+    """The rule's verdict line, its fail-closed problems, and a row per configuration and criterion."""
+    rule = outcome.rule
+    verdict = "PASS" if outcome.passed else "FAIL"
+    lines = [f"rule {rule.index} {verdict}: {rule.title()} [{rule.judging_text()}]"]
+    lines += [f"  FAIL  {p}" for p in outcome.problems]
+    judgements = [j for j in outcome.judgements if not (failures_only and j.passed)]
+    if not judgements:
+        return lines
+    shown = keys.varying_options(j.key for j in judgements)
+    several = len({j.key.benchmark for j in judgements}) > 1
+    headers = [*(["benchmark"] if several else []), "size", "ranks", "backend",
+               *(["options"] if set(shown) - {"ranks", "backend"} else []),
+               "criterion", "runs", "per-run values", "judged", "allowed", "result"]
+    rows = []
+    for j in judgements:
+        extra = [keys.describe_options(j.key, [n for n in shown if n not in ("ranks", "backend")])] \
+            if "options" in headers else []
+        label = _CRITERION_LABELS.get(j.criterion, j.criterion)
+        if j.metric:
+            label = f"{j.stat} {label}" if j.metric == "latency" else f"{label} ({j.stat})"
+            unit = UNITS[j.metric]
+            op = "<=" if j.criterion.startswith("max") else ">="
+            values = ", ".join(num(v) for v in j.values[:_MAX_VALUES_SHOWN]) + \
+                (" ..." if len(j.values) > _MAX_VALUES_SHOWN else "")
+            judged = f"{num(j.value)} {unit}" if j.value is not None else "-"
+            allowed = f"{op} {num(j.allowed)}"
+        elif j.criterion == "require_check":
+            values = ", ".join(str(s or "off") for s in j.values[:_MAX_VALUES_SHOWN]) + \
+                (" ..." if len(j.values) > _MAX_VALUES_SHOWN else "")
+            judged, allowed = "-", "pass"
+        else:  # min_runs
+            values, judged, allowed = "-", str(j.value), f">= {j.limit}"
+        rows.append([*([j.key.benchmark] if several else []), format_size(j.key.size_bytes),
+                     str(j.key.get("ranks")), str(j.key.get("backend")), *extra,
+                     label, str(len(j.run_ids)), values, judged, allowed, "pass" if j.passed else "FAIL"])
+    left = {headers.index(h) for h in ("benchmark", "backend", "options", "criterion", "per-run values")
+            if h in headers}
+    lines += render(headers, rows, left=sorted(left), indent="  ")
+    return lines

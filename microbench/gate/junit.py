@@ -1,0 +1,72 @@
+"""JUnit XML for CI systems: one testsuite per spec, one testcase per rule, a failure per failing rule.
+
+Layout (what Jenkins, GitLab and GitHub reporters read)::
+
+    <testsuites name="microbench check" tests=N failures=F errors=0 skipped=0 time=0>
+      <testsuite name=SPEC tests=N failures=F errors=0 skipped=0 time=0 timestamp=...>
+        <properties><property name="spec" value=.../> ...</properties>
+        <testcase classname="microbench.check.SPEC" name="rule 1: ..." time="0">
+          <failure type="threshold" message="first reason">every reason, one a line</failure>
+          <system-out>every judgement of the rule, one a line</system-out>
+        </testcase>
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from microbench.gate.check import RuleOutcome
+from microbench.gate.spec import Spec
+
+#: Characters XML 1.0 cannot hold (control characters other than tab and newlines).
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _text(value: str) -> str:
+    return _INVALID_XML.sub("?", value)
+
+
+def build(spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -> ET.ElementTree:
+    """The JUnit document for one spec's outcomes; ``properties`` go on the testsuite (files, runs)."""
+    suite_name = Path(spec.path).stem
+    failures = sum(not o.passed for o in outcomes)
+    counts = {"tests": str(len(outcomes)), "failures": str(failures), "errors": "0", "skipped": "0", "time": "0"}
+    root = ET.Element("testsuites", {"name": "microbench check", **counts})
+    suite = ET.SubElement(root, "testsuite", {
+        "name": suite_name, **counts,
+        "timestamp": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"),
+        "hostname": os.uname().nodename if hasattr(os, "uname") else "localhost",
+    })
+    props = ET.SubElement(suite, "properties")
+    for name, value in {"spec": spec.path, **properties}.items():
+        ET.SubElement(props, "property", {"name": name, "value": _text(str(value))})
+    for outcome in outcomes:
+        case = ET.SubElement(suite, "testcase", {
+            "classname": f"microbench.check.{suite_name}",
+            "name": _text(f"rule {outcome.rule.index}: {outcome.rule.title()}"),
+            "time": "0",
+        })
+        reasons = outcome.failures()
+        if reasons:
+            kind = "fail-closed" if outcome.problems else "threshold"
+            failure = ET.SubElement(case, "failure", {
+                "type": kind,
+                "message": _text(f"{reasons[0]}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")),
+            })
+            failure.text = _text("\n".join(reasons))
+        lines = [f"{'pass' if j.passed else 'FAIL'}  {j.message()}" for j in outcome.judgements]
+        if lines:
+            ET.SubElement(case, "system-out").text = _text("\n".join(lines))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write(path: str | os.PathLike, spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -> None:
+    """Write the JUnit XML file (parent folders are created)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    build(spec, outcomes, properties).write(p, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,78 @@
+"""What number a gate tool reads from a result record: a latency statistic or a bandwidth from it.
+
+- latency (us): ``latency_us[stat]``. p10/p50/p90/p99 are percentiles of all per-iteration samples of
+  all timing ranks; avg/min/max are the mean/minimum/maximum across ranks of per-rank means (OMB -f);
+  fastest/slowest are the single fastest and slowest samples.
+- algbw (GB/s, 1 GB = 1e9 B) = S / latency[stat], busbw = algbw x factor, with S (``algbw_bytes``) and the
+  factor (``busbw_factor``) as the record states them (nccl-tests' definitions). With stat ``avg`` this
+  is exactly the recorded ``algbw_gbps``/``busbw_gbps``.
+
+Default stat: p50 for latency (robust to tails), avg for bandwidth (the recorded value, as nccl-tests).
+A latency regression is a rise; a bandwidth regression is a fall.
+"""
+
+from __future__ import annotations
+
+from microbench.errors import UsageError
+
+LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "slowest")
+METRICS = ("latency", "busbw", "algbw")
+UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s"}
+
+
+def check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise UsageError(f"unknown metric {metric!r}: choose from {', '.join(METRICS)}")
+    return metric
+
+
+def check_stat(stat: str) -> str:
+    if stat not in LATENCY_STATS:
+        raise UsageError(f"unknown stat {stat!r}: choose from {', '.join(LATENCY_STATS)}")
+    return stat
+
+
+def default_stat(metric: str) -> str:
+    """p50 for latency, avg for bandwidth (what the record's algbw/busbw are computed from)."""
+    return "p50" if metric == "latency" else "avg"
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric != "latency"
+
+
+def metric_value(result: dict, metric: str, stat: str) -> float | None:
+    """The metric of one result record from latency statistic ``stat``; None when the record lacks it."""
+    latency = (result.get("latency_us") or {}).get(stat)
+    if metric == "latency":
+        return float(latency) if isinstance(latency, (int, float)) else None
+    s_bytes = result.get("algbw_bytes")
+    factor = result.get("busbw_factor") if metric == "busbw" else 1.0
+    if isinstance(latency, (int, float)) and latency > 0 and isinstance(s_bytes, (int, float)) \
+            and isinstance(factor, (int, float)):
+        return s_bytes / (latency * 1e-6) / 1e9 * factor
+    if stat == "avg" and isinstance(result.get(f"{metric}_gbps"), (int, float)):
+        return float(result[f"{metric}_gbps"])
+    return None
+
+
+def label(metric: str, stat: str) -> str:
+    """Short column label such as ``p50 latency (us)`` or ``busbw from avg (GB/s)``."""
+    if metric == "latency":
+        return f"{stat} latency ({UNITS[metric]})"
+    return f"{metric} from {stat} ({UNITS[metric]})"
+
+
+def explain(metric: str, stat: str) -> str:
+    """One line saying how the metric is computed, for report headers."""
+    stat_text = {
+        "p10": "p10 of all samples", "p50": "p50 of all samples", "p90": "p90 of all samples",
+        "p99": "p99 of all samples", "avg": "mean across ranks of per-rank mean latency",
+        "min": "minimum across ranks of per-rank mean latency",
+        "max": "maximum across ranks of per-rank mean latency",
+        "fastest": "fastest single sample", "slowest": "slowest single sample",
+    }[stat]
+    if metric == "latency":
+        return f"latency (us) = {stat} ({stat_text})"
+    factor = " x busbw factor" if metric == "busbw" else ""
+    return f"{metric} (GB/s) = S{factor} / {stat} latency ({stat_text})"

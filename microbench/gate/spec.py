@@ -1,0 +1,279 @@
+"""Acceptance specs: a TOML list of rules, loaded and validated (any mistake is a UsageError, exit 2).
+
+```toml
+description = "what this spec accepts"      # optional
+[defaults]                                   # optional; every rule inherits these unless it sets them
+runs = "median"
+tolerance = 0.1
+[[rule]]
+benchmark = "allreduce"                      # or a list of benchmarks
+sizes = "8:1K"                               # size grammar of `microbench run -m`; default: every size
+backend = "mpi"                              # filters: any configuration field (see keys.py)
+max_latency_us = 50                          # judged on p50 unless stat = "avg" | "p99" | ...
+```
+
+Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
+``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``;
+``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
+or ``all``: how several runs of one configuration are judged); ``min_runs``; ``require_check``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from microbench.collectives import COLLECTIVES
+from microbench.errors import UsageError
+from microbench.gate import keys
+from microbench.gate.metrics import LATENCY_STATS, UNITS, default_stat
+from microbench.sizes import format_size, parse_sizes
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+#: threshold key -> (metric, bound): "max" means the value must not exceed the limit.
+THRESHOLDS = {
+    "max_latency_us": ("latency", "max"),
+    "min_busbw_gbps": ("busbw", "min"),
+    "min_algbw_gbps": ("algbw", "min"),
+}
+
+#: How several runs of one configuration are judged.
+RUNS_MODES = {
+    "best": "the best run's value is judged (lowest latency, highest bandwidth)",
+    "median": "the median of the runs' values is judged",
+    "all": "every run must pass (the worst run's value is judged)",
+}
+
+FILTER_KEYS = ("backend", "ranks", *keys.OPTION_FIELDS)
+JUDGING_KEYS = ("stat", "tolerance", "runs", "min_runs", "require_check")
+RULE_KEYS = ("name", "benchmark", "sizes", *FILTER_KEYS, *THRESHOLDS, *JUDGING_KEYS)
+DEFAULT_KEYS = (*FILTER_KEYS, *JUDGING_KEYS)
+TOP_KEYS = ("description", "defaults", "rule")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One limit of a rule: ``metric`` must stay at or below (``max``) or above (``min``) ``limit``."""
+
+    name: str  #: the spec key, e.g. max_latency_us
+    metric: str  #: latency | busbw | algbw
+    bound: str  #: max | min
+    limit: float
+
+    def allowed(self, tolerance: float) -> float:
+        """The limit loosened by the relative tolerance."""
+        return self.limit * (1 + tolerance) if self.bound == "max" else self.limit * (1 - tolerance)
+
+    def passes(self, value: float, tolerance: float) -> bool:
+        allowed = self.allowed(tolerance)
+        return value <= allowed if self.bound == "max" else value >= allowed
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validated rule; ``index`` counts from 1 in file order."""
+
+    index: int
+    benchmarks: tuple[str, ...]
+    sizes: tuple[int, ...] | None
+    sizes_text: str | None
+    filters: dict[str, Any]
+    thresholds: tuple[Threshold, ...]
+    stat: str | None  #: None: p50 for latency, avg for bandwidth
+    tolerance: float = 0.0
+    runs: str = "median"
+    min_runs: int = 1
+    require_check: bool = False
+    name: str = ""
+
+    def stat_for(self, metric: str) -> str:
+        return self.stat or default_stat(metric)
+
+    def matches(self, result: dict) -> bool:
+        """Whether a result record falls under this rule (benchmark, sizes and filters)."""
+        if result.get("benchmark") not in self.benchmarks:
+            return False
+        if self.sizes is not None and not (
+                result.get("size_bytes") in self.sizes or result.get("requested_bytes") in self.sizes):
+            return False
+        return all(keys.field_value(result, k) == v for k, v in self.filters.items())
+
+    def criteria_text(self) -> str:
+        parts = []
+        for t in self.thresholds:
+            op = "<=" if t.bound == "max" else ">="
+            what = f"{self.stat_for(t.metric)} latency" if t.metric == "latency" else \
+                f"{t.metric} (from {self.stat_for(t.metric)} latency)"
+            parts.append(f"{what} {op} {t.limit:g} {UNITS[t.metric]}")
+        if self.require_check:
+            parts.append("data check passes")
+        return ", ".join(parts)
+
+    def title(self) -> str:
+        """The rule's name, or a description made from its fields."""
+        if self.name:
+            return self.name
+        where = " ".join(f"{k}={v}" for k, v in self.filters.items())
+        return f"{'/'.join(self.benchmarks)} {self.sizes_text or 'all sizes'}{' ' + where if where else ''}: " \
+               f"{self.criteria_text()}"
+
+    def judging_text(self) -> str:
+        tol = f", tolerance {self.tolerance * 100:g} %" if self.tolerance else ""
+        need = f", at least {self.min_runs} runs" if self.min_runs > 1 else ""
+        return f"runs={self.runs}{tol}{need}"
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    rules: tuple[Rule, ...]
+    description: str = ""
+    defaults: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------- loading
+def load_spec(path: str | os.PathLike) -> Spec:
+    """Read and validate a spec file; every problem is one UsageError line naming the file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"no such spec file: {p}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read spec {p}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"spec {p}: not valid TOML: {exc}") from None
+    return parse_spec(data, str(p))
+
+
+def parse_spec(data: dict, source: str = "<spec>") -> Spec:
+    """Validate a spec already parsed from TOML."""
+    def fail(msg: str):
+        raise UsageError(f"spec {source}: {msg}")
+
+    _reject_unknown(data, TOP_KEYS, "at the top level", fail)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        fail("description must be a string")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        fail("[defaults] must be a table")
+    _reject_unknown(defaults, DEFAULT_KEYS, "in [defaults]", fail)
+    raw_rules = data.get("rule")
+    if raw_rules is None:
+        fail("no rules: add at least one [[rule]] table")
+    if not isinstance(raw_rules, list) or not all(isinstance(r, dict) for r in raw_rules):
+        fail("'rule' must be an array of tables: write each rule as [[rule]]")
+    if not raw_rules:
+        fail("no rules: add at least one [[rule]] table")
+    rules = tuple(_parse_rule(i, {**defaults, **raw}, raw, fail) for i, raw in enumerate(raw_rules, 1))
+    return Spec(path=source, rules=rules, description=description, defaults=dict(defaults))
+
+
+def _reject_unknown(table: dict, known: tuple[str, ...], where: str, fail) -> None:
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+            fail(f"unknown key {key!r}{' ' + where if where else ''}{hint}")
+
+
+def _parse_rule(index: int, merged: dict, raw: dict, spec_fail) -> Rule:
+    label = f"rule {index}"
+    if isinstance(raw.get("benchmark"), str):
+        label += f" ({raw['benchmark']})"
+
+    def fail(msg: str):
+        spec_fail(f"{label}: {msg}")
+
+    _reject_unknown(raw, RULE_KEYS, "", fail)
+    benchmarks = _benchmarks(merged.get("benchmark"), fail)
+    sizes, sizes_text = _sizes(merged.get("sizes"), fail)
+    filters = {}
+    for name in FILTER_KEYS:
+        if name in merged:
+            filters[name] = _typed(name, merged[name], keys.FIELD_TYPES[name], fail)
+    thresholds = []
+    for name, (metric, bound) in THRESHOLDS.items():
+        if name in merged:
+            limit = merged[name]
+            if not _is_number(limit) or limit <= 0:
+                fail(f"{name} must be a positive number (got {limit!r})")
+            thresholds.append(Threshold(name, metric, bound, float(limit)))
+    stat = merged.get("stat")
+    if stat is not None and stat not in LATENCY_STATS:
+        fail(f"unknown stat {stat!r}: choose from {', '.join(LATENCY_STATS)}")
+    tolerance = merged.get("tolerance", 0.0)
+    if not _is_number(tolerance) or not 0 <= tolerance < 1:
+        fail(f"tolerance must be a fraction from 0 up to 1, e.g. 0.1 for 10 % (got {tolerance!r})")
+    runs = merged.get("runs", "median")
+    if runs not in RUNS_MODES:
+        fail(f"runs must be one of {', '.join(RUNS_MODES)} (got {runs!r})")
+    min_runs = merged.get("min_runs", 1)
+    if not isinstance(min_runs, int) or isinstance(min_runs, bool) or min_runs < 1:
+        fail(f"min_runs must be a whole number of at least 1 (got {min_runs!r})")
+    require_check = merged.get("require_check", False)
+    if not isinstance(require_check, bool):
+        fail(f"require_check must be true or false (got {require_check!r})")
+    name = merged.get("name", "")
+    if not isinstance(name, str):
+        fail(f"name must be a string (got {name!r})")
+    if not thresholds and not require_check:
+        fail(f"nothing to judge: give {', '.join(THRESHOLDS)} or require_check = true")
+    return Rule(index=index, benchmarks=benchmarks, sizes=sizes, sizes_text=sizes_text, filters=filters,
+                thresholds=tuple(thresholds), stat=stat, tolerance=float(tolerance), runs=runs,
+                min_runs=min_runs, require_check=require_check, name=name)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _benchmarks(value: Any, fail) -> tuple[str, ...]:
+    if value is None:
+        fail("benchmark is required")
+    names = value if isinstance(value, list) else [value]
+    if not names or not all(isinstance(n, str) for n in names):
+        fail(f"benchmark must be a name or a list of names (got {value!r})")
+    out = []
+    for n in names:
+        key = n.lower().replace("-", "_")
+        if key not in COLLECTIVES:
+            fail(f"unknown benchmark {n!r}: choose from {', '.join(COLLECTIVES)}")
+        out.append(key)
+    return tuple(dict.fromkeys(out))
+
+
+def _sizes(value: Any, fail) -> tuple[tuple[int, ...] | None, str | None]:
+    if value is None:
+        return None, None
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in items):
+        fail(f"sizes must be a size list such as \"8:1K\" or \"8,1M\" (got {value!r})")
+    text = ",".join(str(v) for v in items)
+    try:
+        sizes = parse_sizes(text)
+    except UsageError as exc:
+        fail(f"sizes: {exc}")
+    shown = text if isinstance(value, str) else ",".join(format_size(s) for s in sizes)
+    return tuple(sizes), shown
+
+
+_KIND_WORDS = {bool: "true or false", int: "a whole number", str: "a string"}
+
+
+def _typed(name: str, value: Any, kind: type, fail) -> Any:
+    ok = isinstance(value, bool) if kind is bool else (
+        isinstance(value, kind) and not isinstance(value, bool))
+    if not ok:
+        fail(f"{name} must be {_KIND_WORDS[kind]} (got {value!r})")
+    if name == "ranks" and value < 1:
+        fail(f"ranks must be at least 1 (got {value})")
+    return value

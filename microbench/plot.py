@@ -1,0 +1,76 @@
+"""Latency and bandwidth figures from results: one figure per benchmark, runs and configurations overlaid.
+
+Left: latency against message size (log-log), the line a latency statistic (p50 by default), the band
+its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algbw) = S x factor /
+latency from the same statistics. --by config merges the runs of each configuration: the line is then
+the median over runs and the band the spread over runs. PNG, and SVG with --svg. Results of benchmarks
+this command cannot draw are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from microbench.errors import UsageError
+from microbench.gate.metrics import LATENCY_STATS
+from microbench.plotting.heatmap import heatmap
+
+#: heatmap(matrix, labels, title, unit, path, outliers) draws an N x N matrix (e.g. pairwise link
+#: results) for other commands; it lives in microbench.plotting.heatmap and is offered here.
+__all__ = ["heatmap", "add_arguments", "main"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="JSONL result files or directories")
+    p.add_argument("-o", "--out-dir", required=True, metavar="DIR", help="folder for the figures (created)")
+    p.add_argument("-b", "--benchmark", action="append", metavar="NAME",
+                   help="only these benchmarks (repeat or comma-separate); default every one found")
+    p.add_argument("--stat", choices=LATENCY_STATS, default="p50", metavar="STAT",
+                   help=f"latency statistic of the line ({', '.join(LATENCY_STATS)}; default p50)")
+    p.add_argument("--band", choices=("p10-p90", "min-max", "none"), default="p10-p90",
+                   help="spread drawn around the line: p10-p90 (default), min-max, or none")
+    p.add_argument("--by", choices=("run", "config"), default="run",
+                   help="one curve per run and configuration (default), or per configuration with runs merged")
+    p.add_argument("--bw", choices=("busbw", "algbw"), default="busbw", help="bandwidth panel (default busbw)")
+    p.add_argument("--svg", action="store_true", help="also write SVG beside each PNG")
+
+
+def main(args) -> int:
+    from microbench.collectives import COLLECTIVES, get_collective
+    from microbench.gate.load import load_runs
+    from microbench.plotting import curves
+
+    runs = load_runs(args.results)
+    wanted = None
+    if args.benchmark:
+        wanted = [get_collective(n.strip()).name for item in args.benchmark for n in item.split(",") if n.strip()]
+    found: dict[str, int] = {}
+    for run in runs:
+        for res in run.results:
+            name = res.get("benchmark")
+            found[name] = found.get(name, 0) + 1
+    for name, count in sorted(found.items(), key=lambda kv: str(kv[0])):
+        if name not in COLLECTIVES:
+            note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
+    names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
+    out_dir = Path(args.out_dir)
+    written = []
+    for name in names:
+        series = curves.build_series(runs, name, args.stat, args.band, args.by, args.bw)
+        if not series:
+            note(f"no results of {name} with a {args.stat} latency" + (" (asked for with -b)" if wanted else ""))
+            continue
+        for suffix in (".png", ".svg") if args.svg else (".png",):
+            written.append(curves.draw(name, COLLECTIVES[name].summary, series, runs, out_dir / f"{name}{suffix}",
+                                       args.stat, args.band, args.by, args.bw))
+    if not written:
+        raise UsageError(f"nothing to plot in {', '.join(args.results)}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def note(text: str) -> None:
+    print(f"# note: {text}", file=sys.stderr)

@@ -1,0 +1,213 @@
+"""microbench compare on synthetic runs: a known 30 % slowdown is flagged, identical runs are not."""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import combinations
+
+import pytest
+
+from fixtures.gate.synth import base_latency, result, write_run, write_runs
+from microbench.cli import main as microbench_main
+from microbench.errors import UsageError
+from microbench.gate import intervals
+from microbench.gate.compare import IMPROVED, NOISE, OK, REGRESSION, UNCONFIRMED, compare, verdict
+from microbench.gate.compare_cli import parse_threshold
+from microbench.gate.load import load_runs
+
+
+def cli(*args) -> int:
+    return microbench_main(["compare", *map(str, args)])
+
+
+def slower(factor):
+    return lambda b, s: base_latency(b, s) * factor
+
+
+# ------------------------------------------------------------------------------ the interval itself
+@pytest.mark.parametrize("m,n,u_critical", [(5, 5, 2), (6, 6, 5), (8, 8, 13), (10, 10, 23), (4, 6, 2)])
+def test_critical_rank_matches_the_mann_whitney_table(m, n, u_critical):
+    # published two-sided 5 % critical values: reject when U <= u_critical
+    k, achieved = intervals.critical_rank(m, n, 0.95)
+    assert k == u_critical + 1
+    assert 0.95 <= achieved < 0.99
+
+
+def test_exact_null_distribution_by_enumeration():
+    """P(U <= u) from the recursion equals counting every split of 7 ranks into 3 new and 4 baseline."""
+    m, n = 4, 3
+    counts = [0] * (m * n + 1)
+    for new in combinations(range(m + n), n):
+        base = [r for r in range(m + n) if r not in new]
+        counts[sum(1 for y in new for x in base if y > x)] += 1
+    cdf = intervals._u_cdf(m, n)
+    running = 0
+    for u, c in enumerate(counts):
+        running += c
+        assert cdf[u] == pytest.approx(running / math.comb(m + n, n))
+
+
+def test_too_few_runs_give_no_interval():
+    assert intervals.min_runs(0.95) == 4
+    assert intervals.min_runs(0.95, other_side=1) == 39
+    assert intervals.min_runs(0.90) == 3
+    assert intervals.interval([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], 0.95) is None
+    iv = intervals.interval([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], 0.90)
+    assert iv is not None and iv.excludes_one() and iv.low == pytest.approx(1.9 / 1.1)
+
+
+def test_interval_of_a_pure_scale_change():
+    base = [10.0, 10.3, 9.8, 10.1, 9.9, 10.2]
+    iv = intervals.interval(base, [v * 1.3 for v in base], 0.95)
+    assert iv.low < 1.3 < iv.high and iv.low > 1
+    same = intervals.interval(base, list(reversed(base)), 0.95)
+    assert same.low < 1 < same.high
+
+
+@pytest.mark.parametrize("ratio,iv,higher_better,expected", [
+    (1.30, intervals.Interval(1.2, 1.4, 0.95), False, REGRESSION),
+    (1.30, intervals.Interval(0.9, 1.6, 0.95), False, NOISE),
+    (1.30, None, False, UNCONFIRMED),
+    (1.03, intervals.Interval(1.01, 1.05, 0.95), False, OK),  # significant but within the threshold
+    (0.70, intervals.Interval(0.6, 0.8, 0.95), False, IMPROVED),
+    (0.70, intervals.Interval(0.6, 0.8, 0.95), True, REGRESSION),  # bandwidth fell
+    (1.30, intervals.Interval(1.2, 1.4, 0.95), True, IMPROVED),
+])
+def test_verdict(ratio, iv, higher_better, expected):
+    assert verdict(ratio, iv, 0.05, higher_better) == expected
+
+
+# ------------------------------------------------------------------------------------------- compare
+def test_known_30_percent_slowdown_is_flagged(tmp_path, capsys):
+    base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
+    new = write_runs(tmp_path / "new.jsonl", 5, slower(1.3), prefix="n", day=2)
+    result = compare(load_runs([base]), load_runs([new]))
+    assert len(result.rows) == 8 and not result.only_baseline and not result.only_new
+    for row in result.rows:
+        assert row.ratio == pytest.approx(1.3)
+        assert row.interval.low > 1 and row.verdict == REGRESSION
+        assert len(row.baseline) == len(row.new) == 5
+    assert cli("--baseline", base, "--new", new) == 1
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if not line.startswith("#") and line.endswith("REGRESSION")]
+    assert len(rows) == 8
+    assert "ratio = median(new) / median(baseline)" in out and "-> FAIL" in out
+
+
+def test_identical_runs_are_not_flagged(tmp_path, capsys):
+    base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
+    new = write_runs(tmp_path / "new.jsonl", 5, slower(1.0), prefix="n", day=2)
+    result = compare(load_runs([base]), load_runs([new]))
+    assert {r.verdict for r in result.rows} == {OK}
+    assert all(r.ratio == pytest.approx(1.0) and not r.significant for r in result.rows)
+    assert cli("--baseline", base, "--new", new) == 0
+    assert "-> PASS" in capsys.readouterr().out
+
+
+def test_bandwidth_regression_is_a_fall(tmp_path):
+    base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
+    new = write_runs(tmp_path / "new.jsonl", 5, slower(1.3), prefix="n")
+    result = compare(load_runs([base]), load_runs([new]), metric="busbw", stat="avg")
+    assert all(r.ratio == pytest.approx(1 / 1.3) and r.verdict == REGRESSION for r in result.rows)
+    faster = compare(load_runs([new]), load_runs([base]), metric="busbw", stat="avg")
+    assert {r.verdict for r in faster.rows} == {IMPROVED}
+
+
+def test_single_runs_cannot_be_judged_and_fail_unless_allowed(tmp_path, capsys):
+    base = write_runs(tmp_path / "base.jsonl", 1, slower(1.0), prefix="b")
+    new = write_runs(tmp_path / "new.jsonl", 1, slower(1.3), prefix="n")
+    result = compare(load_runs([base]), load_runs([new]))
+    assert {r.verdict for r in result.rows} == {UNCONFIRMED}
+    assert all(r.interval is None and r.significant is None for r in result.rows)
+    assert cli("--baseline", base, "--new", new) == 1
+    out = capsys.readouterr().out
+    assert "too few runs" in out and "regression?" in out
+    assert cli("--baseline", base, "--new", new, "--allow-unconfirmed") == 0
+
+
+def test_launch_to_launch_noise_is_not_a_regression(tmp_path):
+    """Bimodal runs (1x or 2x) on both sides: the medians differ by 2x, but the runs overlap."""
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for i, mode in enumerate([1, 2, 1, 2, 1]):
+        write_run(base, [result(p50=1.5 * mode)], run_id=f"b{i}")
+    for i, mode in enumerate([2, 1, 2, 1, 2]):
+        write_run(new, [result(p50=1.5 * mode)], run_id=f"n{i}")
+    row, = compare(load_runs([base]), load_runs([new])).rows
+    assert row.ratio == pytest.approx(2.0)
+    assert row.interval.low < 1 < row.interval.high and row.verdict == NOISE
+
+
+def test_runs_are_the_unit_of_sampling(tmp_path):
+    """Two results of one configuration in one run are one sample (their median), not two."""
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for i in range(4):
+        write_run(base, [result(p50=10.0 + i * 0.1)], run_id=f"b{i}")
+        write_run(new, [result(p50=13.0), result(p50=15.0)], run_id=f"n{i}")
+    row, = compare(load_runs([base]), load_runs([new])).rows
+    assert row.new == [14.0] * 4 and len(row.baseline) == 4
+
+
+def test_small_messages_first_and_json(tmp_path, capsys):
+    base = write_runs(tmp_path / "base.jsonl", 4, slower(1.0), prefix="b", benchmarks=("latency", "allreduce"),
+                      sizes=(1 << 20, 8, 1024))
+    new = write_runs(tmp_path / "new.jsonl", 4, slower(1.0), prefix="n", benchmarks=("latency", "allreduce"),
+                     sizes=(1024, 1 << 20, 8))
+    assert cli("--baseline", base, "--new", new, "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    sizes = [r["config"]["size_bytes"] for r in doc["rows"]]
+    assert sizes == sorted(sizes) == [8, 8, 1024, 1024, 1 << 20, 1 << 20]
+    assert doc["metric"] == "latency" and doc["stat"] == "p50" and doc["threshold"] == 0.05
+    assert doc["summary"]["ok"] == 6 and doc["exit_status"] == 0
+    row = doc["rows"][0]
+    assert row["ci_low"] < 1 < row["ci_high"] and row["significant"] is False and len(row["new_values"]) == 4
+
+
+def test_options_separate_configurations(tmp_path, capsys):
+    base = write_run(tmp_path / "base.jsonl", [result(p50=1.0), result(size=64, p50=1.0)], run_id="b")
+    new = write_run(tmp_path / "new.jsonl", [result(p50=1.0, dtype="float64"), result(size=64, p50=1.0)],
+                    run_id="n")
+    res = compare(load_runs([base]), load_runs([new]))
+    assert [r.key.size_bytes for r in res.rows] == [64]
+    assert [k.get("dtype") for k in res.only_baseline] == ["float32"]
+    assert [k.get("dtype") for k in res.only_new] == ["float64"]
+    only_dtype = write_run(tmp_path / "other.jsonl", [result(p50=1.0, sync="barrier")], run_id="o")
+    assert cli("--baseline", base, "--new", only_dtype, "-m", "8") == 2
+    assert "nothing to compare" in capsys.readouterr().err
+
+
+def test_filters_and_threshold(tmp_path, capsys):
+    base = write_runs(tmp_path / "base.jsonl", 4, slower(1.0), prefix="b")
+    new = write_runs(tmp_path / "new.jsonl", 4, slower(1.08), prefix="n")
+    assert cli("--baseline", base, "--new", new, "-b", "latency", "-m", "8:64", "--json") == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {(r["config"]["benchmark"], r["config"]["size_bytes"]) for r in doc["rows"]} == {("latency", 8),
+                                                                                          ("latency", 64)}
+    assert cli("--baseline", base, "--new", new, "--threshold", "10%") == 0
+    assert "on both sides" not in capsys.readouterr().out
+    assert cli("--baseline", base, "--new", base) == 0
+    assert "# note: 4 run(s) are on both sides: b0, b1, b2, b3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.1", 0.1), ("150%", 1.5)])
+def test_parse_threshold(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["5", "-1%", "fast", "0"])
+def test_bad_threshold(text):
+    with pytest.raises(UsageError):
+        parse_threshold(text)
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["--stat", "p95"], "invalid choice: 'p95'"),
+    (["--confidence", "1.5"], "--confidence must be"),
+    (["-b", "allreduse"], "unknown benchmark 'allreduse'"),
+    (["--threshold", "5"], "a bare number is a fraction"),
+])
+def test_bad_options_exit_2(tmp_path, capsys, extra, fragment):
+    base = write_runs(tmp_path / "base.jsonl", 1, slower(1.0))
+    assert cli("--baseline", base, "--new", base, *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]

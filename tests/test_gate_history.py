@@ -1,0 +1,66 @@
+"""microbench history: runs in time order, one column per configuration, the library change marked."""
+
+from __future__ import annotations
+
+import json
+
+from fixtures.gate.synth import result, write_run
+from microbench.cli import main as microbench_main
+
+
+def cli(*args) -> int:
+    return microbench_main(["history", *map(str, args)])
+
+
+def three_nights(tmp_path):
+    """Written out of time order, across two files in a directory; the library changes on night 3."""
+    folder = tmp_path / "nightly"
+    write_run(folder / "b.jsonl", [result(p50=3.0), result(size=1024, p50=5.0), result("latency", 8, 1.5)],
+              run_id="night3", time_utc="2026-11-03T02:00:00Z", library="Open MPI v5.0.12, package: x")
+    write_run(folder / "a.jsonl", [result(p50=2.0), result(size=1024, p50=4.0), result("latency", 8, 1.0)],
+              run_id="night1", time_utc="2026-11-01T02:00:00Z")
+    write_run(folder / "a.jsonl", [result(p50=2.2), result(size=1024, p50=4.4), result("latency", 8, 1.1),
+                                   result(p50=9.0, ranks=4)],
+              run_id="night2", time_utc="2026-11-02T02:00:00Z")
+    return folder
+
+
+def test_table_in_time_order_with_library_changes(tmp_path, capsys):
+    assert cli(three_nights(tmp_path), "-b", "allreduce", "-m", "8,1K") == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("2026-")]
+    assert [r[1] for r in rows] == ["night1", "night2", "night3"]
+    header = next(line for line in out.splitlines() if line.startswith("time (UTC)"))
+    assert "allreduce 8 ranks=2" in header and "allreduce 8 ranks=4" in header and "allreduce 1K" in header
+    assert rows[0][-3:] == ["2", "-", "4"]  # 8 B at 2 ranks, 8 B at 4 ranks (not measured), 1K
+    assert rows[1][-3:] == ["2.2", "9", "4.4"]
+    assert "*Open" in out.splitlines()[-2] and "the MPI library changed" in out
+
+
+def test_json_and_default_size(tmp_path, capsys):
+    assert cli(three_nights(tmp_path), "-b", "latency", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["metric"] == "latency" and doc["stat"] == "p50" and doc["unit"] == "us"
+    series, = doc["series"]
+    assert series["label"] == "latency 8"
+    assert [(p["run_id"], p["value"]) for p in series["points"]] == [("night1", 1.0), ("night2", 1.1),
+                                                                     ("night3", 1.5)]
+
+
+def test_stat_and_figure(tmp_path, capsys):
+    fig = tmp_path / "fig" / "history.png"
+    assert cli(three_nights(tmp_path), "-b", "latency", "--stat", "p99", "-o", fig) == 0
+    out = capsys.readouterr().out
+    assert "p99 latency (us)" in out and f"wrote {fig}" in out
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 10_000
+
+
+def test_no_matching_size_is_a_usage_error(tmp_path, capsys):
+    assert cli(three_nights(tmp_path), "-m", "3") == 2
+    err = capsys.readouterr().err
+    assert "no results at sizes 3" in err and "sizes present: 8, 1K" in err
+
+
+def test_figure_name_must_be_png_or_svg(tmp_path, capsys):
+    assert cli(three_nights(tmp_path), "-o", tmp_path / "history.pdf") == 2
+    assert "must end in .png or .svg" in capsys.readouterr().err

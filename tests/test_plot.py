@@ -1,0 +1,117 @@
+"""microbench plot and heatmap(): images are written and non-empty; what is drawn is what the records say."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import REPO
+from fixtures.gate.synth import MULTIPLES, result, write_run
+from microbench.cli import main as microbench_main
+from microbench.errors import UsageError
+from microbench.gate.load import load_runs
+from microbench.plot import heatmap
+from microbench.plotting import curves
+
+REFERENCE = REPO / "plots" / "reference.jsonl"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CORE = ("allgather", "allreduce", "broadcast", "bw", "latency", "reduce_scatter")
+
+
+def cli(*args) -> int:
+    return microbench_main(["plot", *map(str, args)])
+
+
+def assert_png(path, min_bytes=10_000):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > min_bytes, path
+
+
+def test_plot_the_recorded_reference_run(tmp_path, capsys):
+    assert cli(REFERENCE, "-o", tmp_path / "figs") == 0
+    out = capsys.readouterr().out
+    for name in CORE:
+        assert f"wrote {tmp_path / 'figs' / name}.png" in out
+        assert_png(tmp_path / "figs" / f"{name}.png")
+
+
+def test_svg_and_merged_runs(tmp_path, capsys):
+    assert cli(REFERENCE, REFERENCE, "-o", tmp_path, "-b", "allreduce", "--svg", "--by", "config",
+               "--band", "min-max") == 0
+    assert_png(tmp_path / "allreduce.png")
+    svg = ET.parse(tmp_path / "allreduce.svg").getroot()
+    assert svg.tag.endswith("svg") and (tmp_path / "allreduce.svg").stat().st_size > 10_000
+    assert not (tmp_path / "latency.png").exists()
+
+
+def test_unknown_benchmarks_are_skipped_with_a_note(tmp_path, capsys):
+    path = write_run(tmp_path / "r.jsonl", [result(size=8), result(size=64),
+                                            {"type": "result", "benchmark": "linktest", "pairs": [[0, 1]],
+                                             "latency_us": {}}])
+    assert cli(path, "-o", tmp_path / "figs") == 0
+    captured = capsys.readouterr()
+    assert "skipped 1 result(s) of benchmark 'linktest'" in captured.err
+    assert_png(tmp_path / "figs" / "allreduce.png")
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["allreduce.png"]
+
+
+def test_nothing_drawable_is_a_usage_error(tmp_path, capsys):
+    path = write_run(tmp_path / "r.jsonl", [{"type": "result", "benchmark": "linktest"}])
+    assert cli(path, "-o", tmp_path / "figs") == 2
+    assert "nothing to plot" in capsys.readouterr().err
+
+
+def test_series_carry_the_recorded_numbers(tmp_path):
+    path = tmp_path / "r.jsonl"
+    for i, p50 in enumerate((10.0, 30.0, 20.0)):
+        write_run(path, [result(size=8, p50=p50), result(size=16, p50=2 * p50)], run_id=f"r{i}",
+                  time_utc=f"2026-11-0{i + 1}T00:00:00Z")
+    runs = load_runs([path])
+    per_run = curves.build_series(runs, "allreduce", "p50", "p10-p90", "run", "busbw")
+    assert len(per_run) == 3
+    first = next(s for s in per_run if s.label.startswith("2026-11-01"))
+    assert first.sizes == [8, 16] and first.latency == [10.0, 20.0]
+    assert first.latency_band[0] == pytest.approx((10.0 * MULTIPLES["p10"], 10.0 * MULTIPLES["p90"]))
+    assert first.bandwidth[0] == pytest.approx(8 / 10e-6 / 1e9)  # 2 ranks: busbw factor 1
+    merged, = curves.build_series(runs, "allreduce", "p50", "min-max", "config", "busbw")
+    assert merged.runs == 3 and merged.latency == [20.0, 40.0]
+    assert merged.latency_band == [(10.0, 30.0), (20.0, 60.0)]
+
+
+def _red_pixels(png) -> int:
+    import numpy as np
+    from matplotlib.image import imread
+
+    rgb = imread(png)[..., :3]
+    return int(np.count_nonzero(np.all(np.abs(rgb - np.array([0.839, 0.153, 0.157])) < 0.08, axis=-1)))
+
+
+def test_heatmap_png_and_svg_with_outliers_framed(tmp_path):
+    n = 6
+    matrix = [[None if i == j else 1.0 + 0.1 * i + 0.01 * j for j in range(n)] for i in range(n)]
+    matrix[1][4] = 9.0
+    labels = [f"node{i}" for i in range(n)]
+    png = heatmap(matrix, labels, "pairwise latency, 8 B", "p50 latency (us)", tmp_path / "hm.png", [(1, 4)])
+    assert png == tmp_path / "hm.png"
+    assert_png(png)
+    plain = heatmap(matrix, labels, "pairwise latency, 8 B", "p50 latency (us)", tmp_path / "plain.png")
+    assert _red_pixels(png) > 100 and _red_pixels(plain) == 0
+    svg = heatmap(matrix, labels, "pairwise latency, 8 B", "p50 latency (us)", tmp_path / "sub" / "hm.svg")
+    assert ET.parse(svg).getroot().tag.endswith("svg") and svg.stat().st_size > 10_000
+
+
+def test_heatmap_large_and_empty(tmp_path):
+    big = [[float(i * j) for j in range(40)] for i in range(40)]
+    assert_png(heatmap(big, [str(i) for i in range(40)], "40 nodes", "GB/s", tmp_path / "big.png"))
+    assert_png(heatmap([[None, None], [None, None]], ["a", "b"], "nothing", "us", tmp_path / "none.png"),
+               min_bytes=2_000)
+
+
+def test_heatmap_rejects_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="N x N"):
+        heatmap([[1.0, 2.0]], ["a", "b"], "t", "us", tmp_path / "x.png")
+    with pytest.raises(ValueError, match="outside"):
+        heatmap([[1.0]], ["a"], "t", "us", tmp_path / "x.png", outliers=[(0, 1)])
+    with pytest.raises(UsageError, match=".png or .svg"):
+        heatmap([[1.0]], ["a"], "t", "us", tmp_path / "x.pdf")
