@@ -3,8 +3,9 @@
 Left: latency against message size (log-log), the line a latency statistic (p50 by default), the band
 its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algbw) = S x factor /
 latency from the same statistics. --by config merges the runs of each configuration: the line is then
-the median over runs and the band the spread over runs. PNG, and SVG with --svg. Results of benchmarks
-this command cannot draw are skipped with a note.
+the median over runs and the band the spread over runs. Results of the pairwise link test (``run
+pairs``) become heatmaps, one per matrix, with outlier cells marked. PNG, and SVG with --svg. Results of
+benchmarks this command cannot draw are skipped with a note.
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ def main(args) -> int:
     runs = load_runs(args.results)
     wanted = None
     if args.benchmark:
-        wanted = [get_collective(n.strip()).name for item in args.benchmark for n in item.split(",") if n.strip()]
+        wanted = [n.strip() if n.strip() == "pairs" else get_collective(n.strip()).name
+                  for item in args.benchmark for n in item.split(",") if n.strip()]
     found: dict[str, int] = {}
     for run in runs:
         for res in run.results:
             name = res.get("benchmark")
             found[name] = found.get(name, 0) + 1
     for name, count in sorted(found.items(), key=lambda kv: str(kv[0])):
-        if name not in COLLECTIVES:
+        if name not in COLLECTIVES and name != "pairs":
             note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
@@ -65,11 +67,31 @@ def main(args) -> int:
         for suffix in (".png", ".svg") if args.svg else (".png",):
             written.append(curves.draw(name, COLLECTIVES[name].summary, series, runs, out_dir / f"{name}{suffix}",
                                        args.stat, args.band, args.by, args.bw))
+    if wanted is None or "pairs" in (args.benchmark or []):
+        written += draw_pairs(runs, out_dir, args.svg)
     if not written:
         raise UsageError(f"nothing to plot in {', '.join(args.results)}")
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def draw_pairs(runs, out_dir: Path, svg: bool) -> list[Path]:
+    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked."""
+    written = []
+    for run in runs:
+        for res in run.results:
+            if res.get("benchmark") != "pairs" or not res.get("matrix"):
+                continue
+            what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
+            title = (f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} "
+                     f"({res.get('run_id') or run.run_id})")
+            cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
+            stem = f"pairs-{res['metric']}-{res.get('run_id') or run.run_id}"
+            for suffix in (".png", ".svg") if svg else (".png",):
+                written.append(heatmap(res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
+                                       out_dir / f"{stem}{suffix}", outliers=cells))
+    return written
 
 
 def note(text: str) -> None:

@@ -90,3 +90,16 @@ def test_pairs_matrix_on_four_ranks(schedule, tmp_path):
 def test_serial_without_pairs_is_refused():
     proc = microbench("run", "--np", "2", "latency", "--serial", "-m", "8")
     assert proc.returncode == 2 and "--serial applies to the pairwise link test" in proc.stderr
+
+
+def test_pairs_results_become_heatmaps(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "4", "pairs", "-m", "8,64K", "-i", "10", "-x", "1", "--out", str(out), timeout=180)
+    assert proc.returncode == 0, proc.output
+    plotted = microbench("plot", str(out), "-o", str(tmp_path / "fig"))
+    assert plotted.returncode == 0, plotted.output
+    pngs = sorted(p.name for p in (tmp_path / "fig").glob("pairs-*.png"))
+    run_id = results_of(out)[0]["run_id"]
+    assert pngs == [f"pairs-bandwidth-{run_id}.png", f"pairs-latency-{run_id}.png"]
+    for p in (tmp_path / "fig").glob("pairs-*.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
