@@ -18,7 +18,7 @@ from microbench.workload import report
 from microbench.workload.benchmarks import MAPPING_RULE
 from microbench.workload.compute import RULE as COMPUTE_RULE
 from microbench.workload.compute import compute_vs_communication
-from microbench.workload.distribution import DTYPE_BYTES, SCHEMES, Workload
+from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload
 from microbench.workload.messages import WIRE_RULES, total_wire
 from microbench.workload.model import PRESETS, Model, preset
 from microbench.workload.schemes import build
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--micro-batch", type=int, default=4, metavar="B", help="micro-batch b (default 4)")
     g.add_argument("--microbatches", type=int, default=1, metavar="M",
                    help="pipeline microbatches per iteration (default 1)")
-    g.add_argument("--dtype", choices=list(DTYPE_BYTES), default="bf16", help="training precision (default bf16)")
+    g.add_argument("--dtype", choices=TRAINING_DTYPES, default="bf16", help="training precision (default bf16)")
     g.add_argument("--node-size", type=int, default=8, metavar="K",
                    help="ranks per node, for ZeRO++'s hpZ and qgZ groups (default 8)")
     g = p.add_argument_group("trace (instead of a scheme)")

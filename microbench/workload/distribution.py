@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from microbench.dtypes import get_dtype
 from microbench.errors import UsageError
 from microbench.workload.messages import Message, total_wire
 from microbench.workload.model import Model, parameter_count
 
-#: Element sizes of the training precisions (bytes).
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: Training precisions (names as microbench.dtypes knows them).
+TRAINING_DTYPES = ("bf16", "fp16", "fp32")
 
 DATA_PARALLEL_SCHEMES = ("ddp", "zero1", "zero2", "zero3", "zeropp")
 MODEL_PARALLEL_SCHEMES = ("tp", "sp", "pp", "3d")
@@ -41,7 +42,7 @@ class Workload:
 
     @property
     def element_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+        return get_dtype(self.dtype).itemsize
 
     @property
     def params(self) -> int:
@@ -52,8 +53,8 @@ class Workload:
         s, m = self.scheme, self.model
         if s not in SCHEMES:
             raise UsageError(f"unknown scheme {s!r}: choose from {', '.join(SCHEMES)}")
-        if self.dtype not in DTYPE_BYTES:
-            raise UsageError(f"unknown dtype {self.dtype!r}: choose from {', '.join(DTYPE_BYTES)}")
+        if self.dtype not in TRAINING_DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r}: choose from {', '.join(TRAINING_DTYPES)}")
         for name in ("dp", "tp", "pp", "micro_batch", "microbatches", "node_size"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")

@@ -72,6 +72,18 @@ class TraceReport:
                 "notes": self.notes}
 
 
+def _classify(report: TraceReport, name: str, key: str, names: dict[str, str],
+              no_data: set[str] = frozenset()) -> str | None:
+    """The collective a traced op name stands for, or None once the reason it is left out is counted."""
+    if key in no_data:
+        report.skipped[NO_DATA] += 1
+        return None
+    collective = names.get(key)
+    if collective is None:
+        report.skipped[f"unsupported collective {name}"] += 1
+    return collective
+
+
 # ------------------------------------------------------------------------------------------ NCCL
 _NCCL_OP = re.compile(r"(?P<op>[A-Za-z]+): opCount\s+[0-9a-fA-F]+\s")
 _NCCL_FIELDS = re.compile(r"\bcount (?P<count>\d+) datatype (?P<dtype>\d+)\b.*?\[nranks=(?P<nranks>\d+)\]")
@@ -97,9 +109,8 @@ def read_nccl(text: str, report: TraceReport) -> None:
         if not fields or int(fields["dtype"]) not in NCCL_TYPE_BYTES:
             report.unreadable += 1
             continue
-        collective = _NCCL_NAMES.get(op["op"].lower())
+        collective = _classify(report, op["op"], op["op"].lower(), _NCCL_NAMES)
         if collective is None:
-            report.skipped[f"unsupported collective {op['op']}"] += 1
             continue
         count, nranks = int(fields["count"]), int(fields["nranks"])
         nbytes = count * NCCL_TYPE_BYTES[int(fields["dtype"])] * (nranks if collective == "reduce_scatter" else 1)
@@ -136,12 +147,8 @@ def _ds_bytes(size: str, unit: str) -> int:
 
 def _ds_call(report: TraceReport, process: str, name: str, nbytes: int, group: int | None) -> Call | None:
     """One DeepSpeed op as a call; all_to_all sizes are whole input buffers and need the group size."""
-    if name in _DS_NO_DATA:
-        report.skipped[NO_DATA] += 1
-        return None
-    collective = _DS_NAMES.get(name)
+    collective = _classify(report, name, name, _DS_NAMES, _DS_NO_DATA)
     if collective is None:
-        report.skipped[f"unsupported collective {name}"] += 1
         return None
     if collective == "alltoall":
         if not group:
@@ -231,13 +238,8 @@ _TORCH_NO_DATA = {"wait", "barrier", "init", "coalesced", "batchisendirecv", ""}
 
 def _torch_call(report: TraceReport, process: str, name: str, in_elems, dtype, group) -> Call | None:
     """A PyTorch/PARAM collective with its input element count: the message size as microbench defines it."""
-    letters = _letters(str(name))
-    if letters in _TORCH_NO_DATA:
-        report.skipped[NO_DATA] += 1
-        return None
-    collective = _TORCH_NAMES.get(letters)
+    collective = _classify(report, name, _letters(str(name)), _TORCH_NAMES, _TORCH_NO_DATA)
     if collective is None:
-        report.skipped[f"unsupported collective {name}"] += 1
         return None
     size = TYPE_BYTES.get(str(dtype).lower())
     if size is None or not isinstance(in_elems, int) or isinstance(in_elems, bool) or in_elems < 0:
