@@ -1,0 +1,220 @@
+"""Message-size distributions of LLM training (Anthony et al. 2024, Eq. 1-5, and how frameworks cut them
+into calls), or of a real trace, and what they cost on measured curves.
+
+  microbench workload --model 1.3B --scheme zero3 --dp 8
+  microbench workload --model 13B --scheme 3d --tp 8 --pp 4 --dp 2 --microbatches 8 --json
+  microbench workload --model 1.3B --scheme tp --tp 8 --seq 512,1024,2048,4096
+  microbench workload --trace nccl.log --trace-iterations 10 --results run.jsonl
+  microbench workload --model 13B --scheme zero3 --dp 8 --results run.jsonl --tflops 150 --figure w.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from microbench.errors import UsageError
+from microbench.workload import report
+from microbench.workload.benchmarks import MAPPING_RULE
+from microbench.workload.compute import RULE as COMPUTE_RULE
+from microbench.workload.compute import compute_vs_communication
+from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload
+from microbench.workload.messages import WIRE_RULES, total_wire
+from microbench.workload.model import PRESETS, Model, preset
+from microbench.workload.schemes import build
+from microbench.workload.traces import FORMATS, read_trace
+
+
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers, not {text!r}")
+    return values
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model (Eq. 1)")
+    g.add_argument("--model", choices=list(PRESETS), help="a GPT-NeoX configuration of the paper")
+    g.add_argument("--hidden", type=int, metavar="H", help="hidden size h (with --layers --heads, no --model)")
+    g.add_argument("--layers", type=int, metavar="L", help="transformer layers L")
+    g.add_argument("--heads", type=int, metavar="A", help="attention heads a")
+    g.add_argument("--seq", type=_positive_ints, metavar="S[,S...]",
+                   help="sequence length s (default 2048); several values sweep it")
+    g.add_argument("--vocab", type=int, metavar="V", help="vocabulary V (default 50304)")
+    g = p.add_argument_group("training")
+    g.add_argument("--scheme", choices=SCHEMES, help="how the model is trained (default ddp)")
+    g.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel size d (default 1)")
+    g.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel size t (default 1)")
+    g.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline size p (default 1)")
+    g.add_argument("--micro-batch", type=int, default=4, metavar="B", help="micro-batch b (default 4)")
+    g.add_argument("--microbatches", type=int, default=1, metavar="M",
+                   help="pipeline microbatches per iteration (default 1)")
+    g.add_argument("--dtype", choices=TRAINING_DTYPES, default="bf16", help="training precision (default bf16)")
+    g.add_argument("--node-size", type=int, default=8, metavar="K",
+                   help="ranks per node, for ZeRO++'s hpZ and qgZ groups (default 8)")
+    g = p.add_argument_group("trace (instead of a scheme)")
+    g.add_argument("--trace", metavar="FILE", help="read the messages from a log or trace")
+    g.add_argument("--trace-format", choices=FORMATS, help="the trace's format (detected when not given)")
+    g.add_argument("--trace-iterations", type=int, default=1, metavar="N",
+                   help="training iterations the trace covers: counts are divided by it (default 1)")
+    g.add_argument("--trace-group-size", type=int, metavar="N",
+                   help="group size of the calls of a DeepSpeed log (it records none)")
+    g = p.add_argument_group("cost on measured curves")
+    g.add_argument("--results", nargs="+", metavar="RUN.jsonl", help="records of microbench run --out")
+    g.add_argument("--stat", choices=("p50", "avg"), default="p50", help="latency statistic (default p50)")
+    g.add_argument("--figure", metavar="FILE.png", help="latency and bandwidth curves with the weights overlaid")
+    g.add_argument("--tflops", type=_positive_float, metavar="X",
+                   help="achieved TFLOP/s per device: compute time beside communication")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _model(args) -> Model | None:
+    dims = {k: getattr(args, k) for k in ("hidden", "layers", "heads")}
+    seq = args.seq[0] if args.seq else None
+    if args.model:
+        if any(v is not None for v in dims.values()):
+            raise UsageError("give --model or --hidden --layers --heads, not both")
+        return preset(args.model, seq, args.vocab)
+    if all(v is not None for v in dims.values()):
+        return Model(dims["hidden"], dims["layers"], dims["heads"], seq or 2048, args.vocab or 50304)
+    if any(v is not None for v in dims.values()) or args.seq or args.vocab:
+        raise UsageError("a custom model needs all of --hidden --layers --heads")
+    return None
+
+
+def _check_combinations(args, model: Model | None) -> None:
+    if args.trace is None and model is None:
+        raise UsageError("give --model NAME, or --hidden --layers --heads, or --trace FILE")
+    if args.trace and args.scheme:
+        raise UsageError("--scheme builds a modelled distribution; with --trace the messages come from the trace")
+    if args.trace is None and (args.trace_format or args.trace_group_size or args.trace_iterations != 1):
+        raise UsageError("--trace-format, --trace-iterations and --trace-group-size need --trace FILE")
+    if args.trace_iterations < 1 or (args.trace_group_size is not None and args.trace_group_size < 1):
+        raise UsageError("--trace-iterations and --trace-group-size must be at least 1")
+    sweep = args.seq and len(args.seq) > 1
+    if sweep and (args.trace or args.results or args.tflops or args.figure):
+        raise UsageError("a --seq sweep lists volumes only: give one --seq with --trace, --results, --tflops or --figure")
+    if (args.figure or args.tflops) and not args.results:
+        raise UsageError("--figure and --tflops need --results (measured curves) to predict communication time")
+    if args.tflops and model is None:
+        raise UsageError("--tflops needs a model (--model or --hidden --layers --heads) for the compute time")
+
+
+def _workload(args, model: Model) -> Workload:
+    return Workload(model, args.scheme or "ddp", args.dp, args.tp, args.pp, args.micro_batch, args.microbatches,
+                    args.dtype, args.node_size)
+
+
+def _distribution_json(dist) -> dict:
+    w, check = dist.workload, dist.check()
+    return {
+        "model": {"name": w.model.name, "hidden": w.model.hidden, "layers": w.model.layers,
+                  "heads": w.model.heads, "seq": w.model.seq, "vocab": w.model.vocab},
+        "scheme": w.scheme, "parallel": {"dp": w.dp, "tp": w.tp, "pp": w.pp},
+        "micro_batch": w.micro_batch, "microbatches": w.microbatches, "dtype": w.dtype,
+        "params": w.params,
+        "volume": {"elements": report.number(dist.volume_elements), "bytes": report.number(dist.volume_bytes),
+                   "equation": dist.equation},
+        "messages": [m.as_json() for m in dist.messages],
+        "check": {"message_bytes": report.number(check["message_bytes"]),
+                  "equation_bytes": report.number(check["equation_bytes"]),
+                  "departures": [{"reason": d["reason"], "bytes": report.number(d["bytes"])}
+                                 for d in check["departures"]],
+                  "excluded_phases": {k: report.number(v) for k, v in check["excluded_phases"].items()},
+                  "residual_bytes": report.number(check["residual_bytes"])},
+        "assumptions": dist.assumptions,
+    }
+
+
+def _sweep(args, model: Model) -> int:
+    points = []
+    for s in args.seq:
+        dist = build(_workload(args, Model(model.hidden, model.layers, model.heads, s, model.vocab, model.name)))
+        by_collective: dict[str, int | float] = {}
+        for m in dist.messages:
+            if m.phase != "setup":
+                by_collective[m.collective] = by_collective.get(m.collective, 0) + total_wire([m])
+        points.append({**_distribution_json(dist), "seq": s,
+                       "by_collective": {k: report.number(v) for k, v in by_collective.items()}})
+    if args.json:
+        print(json.dumps({"sweep": points}, indent=1))
+    else:
+        w = _workload(args, model)
+        head = [f"# workload: {model.name or 'custom model'} (L={model.layers}, h={model.hidden}, a={model.heads}, "
+                f"V={model.vocab}), scheme {w.scheme}: d={w.dp} t={w.tp} p={w.pp}, micro-batch {w.micro_batch}, "
+                f"{w.microbatches} microbatch(es), {w.dtype}"]
+        print("\n".join(head + report.sweep_lines(points) + report.assumption_lines(points[-1]["assumptions"])))
+    return 0
+
+
+def _from_trace(args, model: Model | None):
+    """The trace's messages, its JSON and table, and its assumptions."""
+    trace = read_trace(args.trace, args.trace_format, args.trace_group_size)
+    messages = trace.messages(args.trace_iterations)
+    assumptions = [f"count is calls per process (the mean over the {len(trace.processes)} process(es) in the file) "
+                   f"divided by --trace-iterations ({args.trace_iterations})", WIRE_RULES, *trace.notes]
+    out = {"trace": trace.summary(), "messages": [m.as_json() for m in messages]}
+    workload = _workload(args, model) if model else None
+    return messages, workload, assumptions, out, report.trace_lines(trace, messages, args.trace_iterations)
+
+
+def _from_model(args, model: Model):
+    """The modelled distribution's messages, its JSON and table, and its assumptions."""
+    dist = build(_workload(args, model))
+    return dist.messages, dist.workload, dist.assumptions, _distribution_json(dist), report.distribution_lines(dist)
+
+
+def _cost(args, messages, workload: Workload | None, assumptions: list[str], out: dict, lines: list[str]) -> None:
+    """Weighting on the measured curves, compute against communication, and the figure, into out and lines."""
+    from microbench.records import read_results
+    from microbench.workload.weighting import curves_from_results, weigh
+
+    results = read_results(args.results)
+    if not results:
+        raise UsageError(f"no result records in {', '.join(args.results)}")
+    curves, notes = curves_from_results(results, args.stat)
+    weighting = weigh(messages, curves, args.stat)
+    weighting["notes"] = notes + weighting["notes"]
+    out["weighting"] = weighting
+    assumptions += [MAPPING_RULE, weighting["method"]]
+    lines += report.weighting_lines(weighting, ", ".join(args.results))
+    if args.tflops:
+        out["compute"] = compute_vs_communication(workload, weighting["time_per_iteration_us"], args.tflops)
+        assumptions.append(COMPUTE_RULE)
+        lines += report.compute_lines(out["compute"])
+    if args.figure:
+        from microbench.workload.figure import plot_weighting
+
+        title = args.trace or f"{workload.model.describe()}, {workload.scheme}"
+        plot_weighting(args.figure, weighting, curves, title)
+        lines.append(f"# figure written to {args.figure}")
+
+
+def main(args) -> int:
+    model = _model(args)
+    _check_combinations(args, model)
+    if args.seq and len(args.seq) > 1:
+        return _sweep(args, model)
+    messages, workload, assumptions, out, lines = _from_trace(args, model) if args.trace else _from_model(args, model)
+    if args.results:
+        _cost(args, messages, workload, assumptions, out, lines)
+    out["assumptions"] = assumptions
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print("\n".join(lines + report.assumption_lines(assumptions)))
+    return 0

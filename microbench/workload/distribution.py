@@ -1,0 +1,126 @@
+"""A workload (model, scheme, parallel sizes) and the message distribution built for it.
+
+A distribution carries the messages, the equation's volume for the scheme, the phases the equation
+leaves out, and every named departure of the messages from the equation, so that
+``wire(messages in the equation's phases) == equation + sum(departures)`` holds exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from microbench.dtypes import get_dtype
+from microbench.errors import UsageError
+from microbench.workload.messages import Message, total_wire
+from microbench.workload.model import Model, parameter_count
+
+#: Training precisions (names as microbench.dtypes knows them).
+TRAINING_DTYPES = ("bf16", "fp16", "fp32")
+
+DATA_PARALLEL_SCHEMES = ("ddp", "zero1", "zero2", "zero3", "zeropp")
+MODEL_PARALLEL_SCHEMES = ("tp", "sp", "pp", "3d")
+SCHEMES = DATA_PARALLEL_SCHEMES + MODEL_PARALLEL_SCHEMES
+
+COUNT_RULE = ("count is calls per iteration made by one rank of the group; pipeline send/recv counts are "
+              "summed over all p stages, as Eq. 4 sums its volume; setup counts are per training run")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained and how: the model, the scheme and its parallel sizes, the batch and the precision."""
+
+    model: Model
+    scheme: str
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batch: int = 4
+    microbatches: int = 1
+    dtype: str = "bf16"
+    node_size: int = 8  #: ranks per node: ZeRO++'s hpZ partition and qgZ intra-node all-to-all group
+
+    @property
+    def element_bytes(self) -> int:
+        return get_dtype(self.dtype).itemsize
+
+    @property
+    def params(self) -> int:
+        return parameter_count(self.model)
+
+    def validate(self) -> None:
+        """Raise UsageError for a combination no framework runs."""
+        s, m = self.scheme, self.model
+        if s not in SCHEMES:
+            raise UsageError(f"unknown scheme {s!r}: choose from {', '.join(SCHEMES)}")
+        if self.dtype not in TRAINING_DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r}: choose from {', '.join(TRAINING_DTYPES)}")
+        for name in ("dp", "tp", "pp", "micro_batch", "microbatches", "node_size"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
+        if s in DATA_PARALLEL_SCHEMES:
+            if self.dp < 2:
+                raise UsageError(f"--scheme {s} needs --dp of at least 2 (the data-parallel size)")
+            if self.tp != 1 or self.pp != 1:
+                raise UsageError(f"--scheme {s} models pure data parallelism: leave --tp and --pp at 1 "
+                                 "(use --scheme 3d for tensor and pipeline parallelism)")
+            if self.microbatches != 1:
+                raise UsageError("--microbatches counts pipeline microbatches: it applies to tp, sp, pp and 3d")
+        if s in ("tp", "sp") and (self.tp < 2 or self.pp != 1):
+            raise UsageError(f"--scheme {s} needs --tp of at least 2 and --pp 1 (use --scheme 3d for both)")
+        if s == "pp" and (self.pp < 2 or self.tp != 1):
+            raise UsageError("--scheme pp needs --pp of at least 2 and --tp 1 (use --scheme 3d for both)")
+        if s == "3d" and (self.tp < 2 or self.pp < 2):
+            raise UsageError("--scheme 3d needs --tp and --pp of at least 2 (--dp adds data parallelism)")
+        if m.hidden % self.tp or m.heads % self.tp or m.vocab % self.tp:
+            raise UsageError(f"--tp {self.tp} must divide --hidden ({m.hidden}), --heads ({m.heads}) "
+                             f"and --vocab ({m.vocab})")
+        if m.layers % self.pp:
+            raise UsageError(f"--pp {self.pp} must divide --layers ({m.layers})")
+        if s == "zeropp" and self.dp > self.node_size and self.dp % self.node_size:
+            raise UsageError(f"--dp ({self.dp}) must be a multiple of --node-size ({self.node_size}) for zeropp")
+
+
+@dataclass
+class Departure:
+    """A named, signed difference (bytes per rank per iteration) between the messages and the equation."""
+
+    reason: str
+    bytes: Fraction
+
+
+@dataclass
+class Distribution:
+    """The messages of one workload, with the equation they are checked against."""
+
+    workload: Workload
+    equation: str
+    volume_elements: Fraction
+    volume_bytes: Fraction
+    messages: list[Message]
+    excluded_phases: tuple[str, ...] = ("setup",)
+    departures: list[Departure] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    def check(self) -> dict:
+        """Wire bytes of the messages against the equation: residual is 0 when every difference is named."""
+        phases = {m.phase for m in self.messages}
+        in_equation = phases - set(self.excluded_phases)
+        messages = total_wire(self.messages, in_equation)
+        departures = sum((d.bytes for d in self.departures), Fraction(0))
+        return {
+            "message_bytes": messages,
+            "equation_bytes": self.volume_bytes,
+            "departures": [{"reason": d.reason, "bytes": d.bytes} for d in self.departures],
+            "excluded_phases": {p: total_wire(self.messages, [p]) for p in self.excluded_phases if p in phases},
+            "residual_bytes": messages - self.volume_bytes - departures,
+        }
+
+
+def per_parameter_broadcasts(sizes: list[int], element_bytes: int, group: int) -> list[Message]:
+    """Start-of-training broadcast of every parameter from rank 0, one call each (DeepSpeed, Megatron-LM)."""
+    return [Message("broadcast", n * element_bytes, 1, group, "setup") for n in sizes]
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,179 @@
+"""How the schemes cut the volume into calls: packing rules, message lists worked out by hand, and for
+every scheme the wire volume of the messages against the equation, each difference named."""
+
+from fractions import Fraction
+
+import pytest
+
+from microbench.errors import UsageError
+from microbench.workload.buckets import close_when_reached, flush_before_overflow, take_tensors
+from microbench.workload.distribution import SCHEMES, Workload
+from microbench.workload.messages import Message, total_wire
+from microbench.workload.model import Model, preset
+from microbench.workload.schemes import build
+
+P19 = 71_459_840  # Eq. 1 for 19M
+
+
+def of(dist, phase, collective=None):
+    return [m for m in dist.messages if m.phase == phase and (collective is None or m.collective == collective)]
+
+
+def test_packing_rules():
+    # DDP: close once a bucket reaches its limit; limits in turn, the last repeating
+    assert close_when_reached([5, 5, 5, 20, 1, 1], [8, 10]) == [[0, 1], [2, 3], [4, 5]]
+    # DeepSpeed: send the bucket before a tensor would overflow it; an oversized tensor travels alone
+    assert flush_before_overflow([5, 5, 5, 20, 1], 10) == [[0, 1], [2], [3], [4]]
+    # take_tensors: close when size + the last tensor's size reaches the limit (3+3+3 -> 9+3 >= 10)
+    assert take_tensors([3, 3, 3, 6], 10) == [[0, 1, 2], [3]]
+
+
+WORKLOADS = {
+    "ddp": dict(dp=8), "zero1": dict(dp=8), "zero2": dict(dp=6), "zero3": dict(dp=6), "zeropp": dict(dp=16),
+    "tp": dict(tp=4, microbatches=2), "sp": dict(tp=4), "pp": dict(pp=2, dp=4, microbatches=4),
+    "3d": dict(tp=2, pp=3, dp=2, microbatches=3),
+}
+
+
+@pytest.mark.parametrize("model", ["19M", "125M", "1.3B", "13B"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_messages_agree_with_the_equation(scheme, model):
+    kw = dict(WORKLOADS[scheme])
+    if scheme in ("pp", "3d") and preset(model).layers % kw["pp"]:
+        kw["pp"] = 2
+    dist = build(Workload(preset(model), scheme, **kw))
+    check = dist.check()
+    assert check["residual_bytes"] == 0
+    assert check["message_bytes"] == dist.volume_bytes + sum(d.bytes for d in dist.departures)
+    assert all(m.collective and m.bytes > 0 and m.count > 0 and m.group_size >= 2 for m in dist.messages)
+    assert set(check["excluded_phases"]) <= set(dist.excluded_phases)
+    assert ("setup" in check["excluded_phases"]) == (dist.workload.dp > 1)  # the start-of-training broadcast
+    assert dist.assumptions
+
+
+def test_ddp_buckets_of_19M_by_hand():
+    dist = build(Workload(preset("19M"), "ddp", dp=8))
+    # ready order starts with the output layer: 50304*512*2 B = 51,511,296 >= 1 MiB closes the first bucket;
+    # then the final norm (2,048 B) and four layers of 6,299,648 B = 25,200,640 < 25 MiB; the fifth layer's
+    # last bias (1,024 B) and MLP-out matrix (2,097,152 B) reach 27,298,816 >= 26,214,400; the rest is one bucket.
+    sizes = [m.bytes for m in of(dist, "gradients")]
+    assert sorted(sizes) == sorted([51_511_296, 27_298_816, 2 * P19 - 51_511_296 - 27_298_816])
+    assert all(m.collective == "allreduce" and m.count == 1 and m.group_size == 8 for m in of(dist, "gradients"))
+    assert dist.volume_elements == Fraction(2 * P19 * 7, 8)
+    assert sum(m.bytes for m in of(dist, "setup")) == 2 * P19  # one 250 MiB group holds the whole 19M model
+
+
+def test_zero1_reduces_each_owner_slice_and_allgathers_the_partition():
+    dist = build(Workload(preset("19M"), "zero1", dp=8))
+    # one 5e8-element bucket holds all 71,459,840 elements; 8 partitions of 8,932,480 elements (2 B each)
+    assert of(dist, "gradients") == [Message("reduce", 17_864_960, 8, 8, "gradients")]
+    assert of(dist, "optimizer") == [Message("allgather", 17_864_960, 1, 8, "optimizer")]
+    assert dist.departures == []
+
+
+def test_zero2_padding_is_a_named_departure():
+    dist = build(Workload(preset("19M"), "zero2", dp=6))
+    # 71,459,840 is padded to a multiple of 12: 71,459,844; the allgather moves 4 extra elements * 2 B * 5/6
+    assert of(dist, "optimizer") == [Message("allgather", 71_459_844 // 6 * 2, 1, 6, "optimizer")]
+    assert [d.bytes for d in dist.departures] == [Fraction(20, 3)]
+    assert sum(m.bytes * m.count for m in of(dist, "gradients")) == 2 * P19
+
+
+def test_zero2_buckets_of_13B_stay_under_5e8_elements():
+    dist = build(Workload(preset("13B"), "zero2", dp=8))
+    grads = of(dist, "gradients", "reduce")
+    assert sum(m.bytes * m.count for m in grads) == 2 * 13_110_159_360
+    assert max(m.bytes for m in grads) <= 500_000_000 * 2
+
+
+def test_zero3_by_hand_for_19M():
+    dist = build(Workload(preset("19M"), "zero3", dp=8))
+    fwd = of(dist, "forward")
+    # 6 layers x 4 matrices + word, position and output embeddings are gathered: 27 allgathers
+    assert sum(m.count for m in fwd) == 27 and of(dist, "backward") == [
+        Message(m.collective, m.bytes, m.count, m.group_size, "backward") for m in fwd]
+    assert Message("allgather", 786_432 // 8 * 2, 6, 8, "forward") in fwd  # QKV 3*512^2 elements / 8 ranks
+    # 50 vectors of 512 elements persist: one allgather of 64 elements each after the step
+    assert of(dist, "optimizer") == [Message("allgather", 128, 50, 8, "optimizer")]
+    # one 5e8-element gradient bucket: a reduce_scatter of the whole model
+    assert of(dist, "gradients") == [Message("reduce_scatter", 2 * P19, 1, 8, "gradients")]
+    assert [d.bytes for d in dist.departures] == [-25_600 * 2 * Fraction(7, 8)]
+
+
+def test_zeropp_by_hand_for_19M():
+    dist = build(Workload(preset("19M"), "zeropp", dp=16, node_size=8))
+    # equation: P * [15/16 * 1 B + 7/8 * 2 B + (7/16 + 1/32) B] = 3.15625 P
+    assert dist.volume_bytes == Fraction(P19) * Fraction(101, 32) == 225_545_120
+    persistent, fallback, scales = (d.bytes for d in dist.departures)
+    assert persistent == 25_600 * (Fraction(15, 8) - Fraction(15, 16) - Fraction(7, 4))  # -20,800
+    assert fallback == 25_600 * (Fraction(15, 8) - Fraction(15, 32))  # vectors via reduce_scatter: 36,000
+    # qwZ scales 34,860 B + qgZ scales 523,200 B (worked out per matrix: ceil(n/16/8000)*4 B gathered over 16;
+    # max(rows, cols, 16)*4 B over 8 peers inside the node and (that // 8)*4 B over 2 nodes)
+    assert scales == 558_060
+    assert dist.check()["message_bytes"] == 225_545_120 - 20_800 + 36_000 + 558_060
+    qkv = 3 * 512 * 512
+    assert Message("alltoall", qkv // 16, 6, 8, "gradients") in dist.messages       # int4, 8 peers in a node
+    assert Message("alltoall", qkv // 32, 6, 2, "gradients") in dist.messages       # int4, 2 nodes
+    assert Message("allgather", qkv // 16, 6, 16, "forward") in dist.messages       # int8 partition
+    assert Message("allgather", qkv // 8 * 2, 6, 8, "backward") in dist.messages    # hpZ, bf16, in a node
+
+
+def test_tensor_parallel_by_hand_for_1_3B():
+    dist = build(Workload(preset("1.3B"), "tp", tp=8))
+    a = 4 * 2048 * 2048 * 2  # b*s*h in bf16
+    assert of(dist, "forward") == [Message("allreduce", a, 48, 8, "forward")]
+    assert of(dist, "backward") == [Message("allreduce", a, 48, 8, "backward")]
+    assert of(dist, "recompute") == [Message("allreduce", a, 48, 8, "recompute")]
+    assert of(dist, "embedding") == [Message("allreduce", a, 1, 8, "embedding")]
+    assert of(dist, "lm_head") == [Message("allreduce", a, 1, 8, "lm_head")]
+    assert of(dist, "loss") == [Message("allreduce", 4 * 2048 * 4, 3, 8, "loss")]
+    assert dist.volume_bytes == 2 * 4_257_218_560
+    assert set(dist.excluded_phases) >= {"lm_head", "loss", "setup"}
+
+
+def test_sequence_parallel_pairs_have_allreduce_volume():
+    tp = build(Workload(preset("1.3B"), "tp", tp=8))
+    sp = build(Workload(preset("1.3B"), "sp", tp=8))
+    a = 4 * 2048 * 2048 * 2
+    assert Message("allgather", a // 8, 48, 8, "forward") in sp.messages
+    assert Message("reduce_scatter", a, 48, 8, "forward") in sp.messages
+    assert of(sp, "backward_regather") == [Message("allgather", a // 8, 49, 8, "backward_regather")]
+    phases = ["forward", "backward", "recompute", "embedding"]
+    assert total_wire(sp.messages, phases) == total_wire(tp.messages, phases) == sp.volume_bytes
+
+
+def test_pipeline_by_hand_for_13B():
+    dist = build(Workload(preset("13B"), "pp", pp=4, microbatches=8))
+    a = 4 * 2048 * 5120 * 2
+    # 3 boundaries x 8 microbatches, activations forward and gradients backward, summed over stages
+    assert dist.messages == [Message(c, a, 24, 2, ph) for ph in ("forward", "backward") for c in ("send", "recv")]
+    assert total_wire(dist.messages) == 48 * a == 8 * 251_658_240 * 2
+
+
+def test_data_parallel_part_of_3d():
+    dist = build(Workload(preset("1.3B"), "3d", tp=2, pp=2, dp=2))
+    # first stage, one of 2 tensor ranks: 25,152*2048 + 2048*2048 + 12*(12*2048^2/2 + 8*2048) = 357,892,096
+    shard = 357_892_096
+    grads = of(dist, "gradients")
+    assert sum(m.bytes * m.count for m in grads) == shard * 2
+    assert all(m.bytes >= 40_000_000 * 2 for m in grads[:-1])  # Megatron buckets: at least 4e7 elements
+    eq5 = Fraction((12 * 12 + 2) * 4 * 2048 * 2048 * 1, 2)  # L/p = 12 layers, t = 2
+    eq4 = 2 * 4 * 2048 * 2048 * 1                          # p - 1 = 1 boundary
+    assert dist.volume_elements == eq5 + eq4 + shard
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(scheme="ddp", dp=1), "needs --dp of at least 2"),
+    (dict(scheme="zero3", dp=8, tp=2), "pure data parallelism"),
+    (dict(scheme="ddp", dp=8, microbatches=4), "pipeline microbatches"),
+    (dict(scheme="tp", tp=1), "--tp of at least 2"),
+    (dict(scheme="pp", pp=4), "must divide --layers"),
+    (dict(scheme="3d", tp=2, pp=1), "--tp and --pp of at least 2"),
+    (dict(scheme="tp", tp=3), "must divide --hidden"),
+    (dict(scheme="zeropp", dp=12, node_size=8), "multiple of --node-size"),
+    (dict(scheme="nope", dp=2), "unknown scheme"),
+])
+def test_impossible_workloads_are_usage_errors(kw, message):
+    model = Model(512, 6, 8)
+    with pytest.raises(UsageError, match=message):
+        build(Workload(model, **kw))
