@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="message sizes: MIN:MAX doubling, K/M/G suffixes (powers of 2), comma lists; "
                         "e.g. 8:1M or 8,4K,1M (default 1:1M; pairs: latency at the smallest, bandwidth at the "
                         "largest, default 8 and 1M)")
+    g.add_argument("--sizes-from", metavar="FILE.json",
+                   help="measure exactly the message sizes of a workload (microbench workload --json), per benchmark; "
+                        "with no BENCH, the benchmarks the workload uses")
     g.add_argument("-i", "--iterations", type=int, metavar="N",
                    help="timed iterations at every size (default as OMB: latency 10000/1000, bw 100/20, "
                         "collectives 1000/100, the second above 8 KiB)")

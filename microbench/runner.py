@@ -64,12 +64,32 @@ class RunOptions:
     flush: bool = False
     first_call_samples: int = 1
     timeout: float = 600.0
+    sizes_from: str | None = None  #: a workload JSON whose message sizes replace -m, per benchmark
+    sizes_by_benchmark: dict[str, list[int]] | None = None
     pairs: bool = False  #: run the pairwise link test
     pair_sizes: tuple[int, int] = (8, 1 << 20)  #: (latency size, bandwidth size) of the pairwise test
     serial: bool = False
 
+    def sizes_for(self, benchmark: str) -> list[int]:
+        """The sizes one benchmark sweeps (the workload's, with --sizes-from)."""
+        if self.sizes_by_benchmark is not None:
+            return self.sizes_by_benchmark.get(benchmark, [])
+        return self.sizes
+
     @classmethod
     def from_args(cls, args) -> "RunOptions":
+        by_benchmark = None
+        if args.sizes_from:
+            if args.sizes:
+                raise UsageError("-m/--sizes and --sizes-from both choose the sizes; give one")
+            from microbench.workload import sizes_for_benchmarks
+
+            by_benchmark = sizes_for_benchmarks(args.sizes_from)
+            if not args.benchmarks:
+                args.benchmarks = [b for b in COLLECTIVES if b in by_benchmark]
+            missing = [b for b in args.benchmarks if b not in by_benchmark and b != "pairs"]
+            if missing:
+                raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")
         names = args.benchmarks or list(DEFAULT_BENCHMARKS)
         if names == ["all"]:
             names = list(COLLECTIVES)
@@ -81,7 +101,8 @@ class RunOptions:
             coll = get_collective(name)
             if coll.name not in benchmarks:
                 benchmarks.append(coll.name)
-        sizes = parse_sizes(args.sizes or DEFAULT_SIZES)
+        sizes = sorted({x for v in by_benchmark.values() for x in v}) if by_benchmark else \
+            parse_sizes(args.sizes or DEFAULT_SIZES)
         pair_sizes = (min(sizes), max(sizes)) if args.sizes else (8, 1 << 20)
         if args.serial and not pairs:
             raise UsageError("--serial applies to the pairwise link test (microbench run pairs)")
@@ -116,7 +137,8 @@ class RunOptions:
                    huge_pages=args.huge_pages, backend=args.backend, loop=args.loop, out=args.out, csv=args.csv,
                    samples=args.samples, cache=args.cache, cache_size=cache_size, max_memory=max_memory,
                    flush=args.flush, first_call_samples=args.first_call_samples, timeout=args.timeout,
-                   pairs=pairs, pair_sizes=pair_sizes, serial=args.serial)
+                   pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
+                   sizes_by_benchmark=by_benchmark)
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -288,7 +310,7 @@ def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
     if avail is None:
         return
     worst = None
-    sweeps = [(COLLECTIVES[name], opts.sizes) for name in opts.benchmarks]
+    sweeps = [(COLLECTIVES[name], opts.sizes_for(name)) for name in opts.benchmarks]
     if opts.pairs:
         sweeps.append((COLLECTIVES["bw"], [opts.pair_sizes[1]]))
     for coll, sizes in sweeps:
@@ -418,7 +440,7 @@ class Session:
         self.run_id = self.reducer.bcast(uuid.uuid4().hex[:12] if self.rank == 0 else None)
         if self.rank != 0:
             return
-        total = len(o.sizes) * len(o.benchmarks) + (2 * len(self.pair_schedule()[3]) if o.pairs else 0)
+        total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(self.pair_schedule()[3]) if o.pairs else 0)
         self.progress = Progress(total)
         self.output = Output(o.out, o.csv, Table(progress=self.progress))
         self.state.close_records = self._write_end
@@ -526,7 +548,7 @@ class Session:
             self.output.section({"benchmark": coll.name, "summary": coll.summary,
                                  "lines": self.section_lines(coll, dtype), "extra_columns": extra})
         skipped = []
-        for size in o.sizes:
+        for size in o.sizes_for(coll.name):
             plan = plan_size(coll, size, self.nranks, dtype, o.in_place)
             if plan is None:
                 skipped.append(size)

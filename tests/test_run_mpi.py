@@ -227,3 +227,25 @@ def test_progress_only_for_a_terminal(tmp_path):
     rows = [line.split("\r")[-1] for line in shown.stdout.splitlines()]
     data = [r for r in rows if r.strip() and not r.startswith("#") and "sizes [" not in r]
     assert [int(r.split()[0]) for r in data] == [8, 16, 32, 64]
+
+
+def test_sizes_from_a_workload_measure_exactly_its_sizes(tmp_path):
+    import json
+
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps({"messages": [
+        {"collective": "allreduce", "bytes": 4096, "count": 10, "group_size": 2, "phase": "backward"},
+        {"collective": "allreduce", "bytes": 1024, "count": 1, "group_size": 2, "phase": "backward"},
+        {"collective": "allgather", "bytes": 512, "count": 4, "group_size": 2, "phase": "forward"},
+        {"collective": "send", "bytes": 64, "count": 2, "group_size": 2, "phase": "pipeline"},
+        {"collective": "recv", "bytes": 64, "count": 2, "group_size": 2, "phase": "pipeline"},
+    ]}))
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "--sizes-from", str(workload), "-i", "5", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    got = sorted((r["benchmark"], r["size_bytes"]) for r in results_of(out))
+    assert got == [("allgather", 512), ("allreduce", 1024), ("allreduce", 4096), ("latency", 64)]
+    bad = microbench("run", "--np", "2", "--sizes-from", str(workload), "-m", "8")
+    assert bad.returncode == 2 and "give one" in bad.stderr
+    missing = microbench("run", "--np", "2", "bw", "--sizes-from", str(workload))
+    assert missing.returncode == 2 and "has no messages for bw" in missing.stderr
