@@ -20,13 +20,23 @@ class DType:
     exact_int_limit: int
 
 
+def _bfloat16_numpy() -> np.dtype | None:
+    """numpy has no bfloat16; ml_dtypes (installed with the torch extra) provides one."""
+    try:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        return None
+
+
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
         DType("float32", 4, np.dtype(np.float32), 2**24),
         DType("float64", 8, np.dtype(np.float64), 2**53),
         DType("float16", 2, np.dtype(np.float16), 2**11),
-        DType("bfloat16", 2, None, 2**8),
+        DType("bfloat16", 2, _bfloat16_numpy(), 2**8),
         DType("int32", 4, np.dtype(np.int32), 2**31 - 1),
         DType("int64", 8, np.dtype(np.int64), 2**63 - 1),
         DType("int8", 1, np.dtype(np.int8), 127),

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
+
+from microbench.errors import RunError
 
 #: (rank, size, local rank, local size) variables of each launcher, most specific first.
 _LAUNCHER_VARS = (
@@ -141,3 +145,53 @@ def mpiexec_command(mpi_prefix: str | None, abi: str, nranks: int) -> tuple[list
 def self_launch_argv(argv: list[str]) -> list[str]:
     """The command each launched rank runs: this Python, this package, the same verb and options."""
     return [sys.executable, "-m", "microbench", *argv]
+
+
+def self_launch(argv: list[str], nranks: int) -> int:
+    """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command."""
+    from microbench.backends.mpi import import_mpi, library
+
+    MPI = import_mpi(initialize=False)
+    lib = library(MPI)
+    try:
+        cmd, extra_env = mpiexec_command(lib.prefix, lib.abi, nranks)
+    except FileNotFoundError as exc:
+        raise RunError(f"cannot start {nranks} ranks: {exc}") from exc
+    cmd += self_launch_argv(_strip_np(argv))
+    env = {**os.environ, **extra_env, "MICROBENCH_LAUNCHED_BY": "microbench --np"}
+    # rank 0's output reaches the terminal through mpiexec's pipes: say whether a person is watching
+    env.setdefault("MICROBENCH_PROGRESS", "1" if (sys.stdout.isatty() and sys.stderr.isatty()) else "0")
+    env.setdefault("MICROBENCH_COLUMNS", str(shutil.get_terminal_size((100, 24)).columns))
+    sys.stdout.flush()
+    proc = subprocess.Popen(cmd, env=env)
+    # Ctrl-C reaches mpiexec directly (same process group), which forwards it to the ranks: ignore it here
+    # and wait, so the ranks can close their records. SIGTERM sent to this process is passed on.
+    def on_signal(signum, frame):
+        name = signal.Signals(signum).name
+        print(f"microbench: {name}: the ranks close the records (finished sizes are on disk) and stop",
+              file=sys.stderr, flush=True)
+        if signum == signal.SIGTERM:
+            proc.send_signal(signum)
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, on_signal),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
+    try:
+        return proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _strip_np(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--np":
+            skip = True
+            continue
+        if a.startswith("--np="):
+            continue
+        out.append(a)
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import microbench, read_jsonl, results_of
+from conftest import microbench
 
 QUICK = 60
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,11 +189,9 @@ class MPIBackend:
 
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this MPI cannot run the dtype (None when it can), probed with a 1-element call."""
-        if dtype.numpy is None:
-            return f"{dtype.name} has no MPI datatype in this library; use --backend torch for {dtype.name}"
-        mpi_type = self.MPI._typedict.get(dtype.numpy.char)
+        mpi_type = self.MPI._typedict.get(dtype.numpy.char) if dtype.numpy is not None else None
         if mpi_type is None or mpi_type == self.MPI.DATATYPE_NULL:
-            return f"{dtype.name} has no MPI datatype in this library"
+            return f"{dtype.name} has no MPI datatype in this library; use --backend torch for {dtype.name}"
         if reduces:
             a = np.ones(1, dtype.numpy)
             b = np.zeros(1, dtype.numpy)

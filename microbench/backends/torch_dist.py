@@ -1,0 +1,286 @@
+"""torch.distributed transport: process-group setup, the benchmark primitives, a gloo control plane.
+
+Setup. Under torchrun the process group comes from its environment (env://). Under mpiexec or srun,
+rank 0 opens a TCPStore on a port the kernel picks (port 0, so concurrent jobs never collide) and the
+other ranks learn host and port from rank 0 through MPI; every rank then joins with that store.
+
+Primitives return zero-argument callables with their tensors bound, like the MPI backend's. Where the
+torch API is in place only (all_reduce, reduce), the benchmark runs in place and says so. In-place
+reduce_scatter follows NCCL's convention (each rank's result at its own block of the input).
+The newest collective names of the installed torch are used (all_gather_single, reduce_scatter_single
+where they exist, all_gather_into_tensor and reduce_scatter_tensor before).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from typing import Callable
+
+import numpy as np
+
+from microbench.errors import RunError, UsageError
+
+TORCH_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "auto")
+_TAG_DATA, _TAG_ACK = 1, 2
+
+
+def import_torch():
+    """torch and torch.distributed, or a clear error naming the extra to install."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise RunError(f"--backend torch needs PyTorch ({exc}); pip install 'microbench[torch]' "
+                       f"(pip install torch==<version> for a CPU-only build)") from exc
+    return torch, dist
+
+
+def available_backends(dist) -> dict[str, bool]:
+    return {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available(),
+            "ucc": bool(getattr(dist, "is_ucc_available", lambda: False)())}
+
+
+def resolve_backend(name: str, device: str) -> str:
+    """The process-group backend to use: 'auto' is nccl on CUDA and gloo on the CPU; refuse what is missing."""
+    torch, dist = import_torch()
+    have = available_backends(dist)
+    choice = name if name != "auto" else ("nccl" if device == "cuda" else "gloo")
+    if not have.get(choice):
+        offered = ", ".join(k for k, v in have.items() if v) or "none"
+        raise UsageError(f"this torch build ({torch.__version__}) has no {choice} backend "
+                         f"(dist.is_{choice}_available() is False); it offers: {offered}")
+    if choice == "nccl" and device != "cuda":
+        raise UsageError("the nccl backend moves CUDA tensors: add --device cuda, or use --torch-backend gloo")
+    return choice
+
+
+def init_process_group(backend: str, rank: int, size: int, launcher: str | None, bcast=None,
+                       device_index: int | None = None, timeout_s: float = 600.0):
+    """Join the default process group (see the module docstring for the rendezvous)."""
+    torch, dist = import_torch()
+    timeout = dt.timedelta(seconds=timeout_s)
+    kwargs = {}
+    if device_index is not None and backend == "nccl":
+        kwargs["device_id"] = torch.device("cuda", device_index)
+    if launcher == "torchrun":
+        dist.init_process_group(backend, rank=rank, world_size=size, timeout=timeout, **kwargs)
+        return
+    if bcast is None:
+        raise RunError("--backend torch outside torchrun needs MPI (mpiexec or srun) to share the rendezvous")
+    address = None
+    store = None
+    if rank == 0:
+        host = os.environ.get("MICROBENCH_MASTER_ADDR") or socket.gethostname()
+        store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
+        address = (host, store.port)
+    host, port = bcast(address)
+    if rank != 0:
+        store = dist.TCPStore(host, port, size, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
+
+
+def torch_dtype(torch, name: str):
+    return {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+            "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
+            "uint8": torch.uint8}[name]
+
+
+def host_tensor(torch, array: np.ndarray):
+    """A CPU tensor sharing memory with a numpy array (bfloat16 through its 16-bit pattern)."""
+    if array.dtype.itemsize == 2 and array.dtype.char == "E":  # ml_dtypes.bfloat16
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+class TorchBackend:
+    """Benchmark primitives on torch.distributed (tensors on the CPU or one CUDA device)."""
+
+    name = "torch"
+    #: torch's all_reduce and reduce work in place only
+    in_place_only = ("allreduce", "reduce")
+    #: where an in-place reduce_scatter leaves this rank's result: at its own block (NCCL's convention)
+    in_place_result_at_rank = True
+
+    def __init__(self, group=None):
+        self.torch, self.dist = import_torch()
+        self.group = group
+        self.rank = self.dist.get_rank()
+        self.size = self.dist.get_world_size()
+        d = self.dist
+        self.ops = {"sum": d.ReduceOp.SUM, "max": d.ReduceOp.MAX, "min": d.ReduceOp.MIN}
+        self._all_gather = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
+        self._reduce_scatter = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
+
+    def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
+        """Why this process group cannot run the dtype (None when it can), probed with a 1-element call."""
+        if dtype.name == "bfloat16" and dtype.numpy is None:
+            return "bfloat16 needs ml_dtypes for its host copy (pip install 'microbench[torch]')"
+        if not reduces:
+            return None
+        t = self.torch.ones(1, dtype=torch_dtype(self.torch, dtype.name), device=self.device)
+        try:
+            self.dist.all_reduce(t, op=self.ops[op], group=self.group)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            return f"this torch backend cannot reduce {dtype.name} with {op} ({str(exc).splitlines()[0]})"
+        return None
+
+    device = "cpu"
+
+    # Collectives ---------------------------------------------------------------------------
+    def allreduce(self, send, recv, op):
+        if send is not None:
+            raise ValueError("torch all_reduce is in place")
+        f, g, o = self.dist.all_reduce, self.group, self.ops[op]
+        return lambda: f(recv, op=o, group=g)
+
+    def reduce(self, send, recv, op, root):
+        if send is not None:
+            raise ValueError("torch reduce is in place")
+        f, g, o = self.dist.reduce, self.group, self.ops[op]
+        return lambda: f(recv, root, op=o, group=g)
+
+    def allgather(self, send, recv):
+        f, g = self._all_gather, self.group
+        if send is None:
+            block = recv.numel() // self.size
+            send = recv[self.rank * block:(self.rank + 1) * block]
+        return lambda: f(recv, send, group=g)
+
+    def reduce_scatter(self, send, recv, op):
+        f, g, o = self._reduce_scatter, self.group, self.ops[op]
+        if send is None:
+            block = recv.numel() // self.size
+            send, recv = recv, recv[self.rank * block:(self.rank + 1) * block]
+        return lambda: f(recv, send, op=o, group=g)
+
+    def broadcast(self, buf, root):
+        f, g = self.dist.broadcast, self.group
+        return lambda: f(buf, root, group=g)
+
+    def alltoall(self, send, recv):
+        f, g = self.dist.all_to_all_single, self.group
+        return lambda: f(recv, send, group=g)
+
+    # Point to point ------------------------------------------------------------------------
+    def pingpong(self, send, recv, peer, initiator):
+        if peer is None:
+            return _nothing
+        s, r, g = self.dist.send, self.dist.recv, self.group
+        if initiator:
+            def call():
+                s(send, peer, group=g, tag=_TAG_DATA)
+                r(recv, peer, group=g, tag=_TAG_DATA)
+        else:
+            def call():
+                r(recv, peer, group=g, tag=_TAG_DATA)
+                s(send, peer, group=g, tag=_TAG_DATA)
+        return call
+
+    def stream(self, send, recv, ack, peer, sender, window, bidirectional):
+        if peer is None:
+            return _nothing
+        d, g = self.dist, self.group
+        P2POp, batch = d.P2POp, d.batch_isend_irecv
+        rng = range(window)
+        if bidirectional:
+            ops = [P2POp(d.irecv, recv, peer, g, _TAG_DATA) for _ in rng] + \
+                  [P2POp(d.isend, send, peer, g, _TAG_DATA) for _ in rng]
+            return lambda: _wait_all(batch(ops))
+        if sender:
+            ops = [P2POp(d.isend, send, peer, g, _TAG_DATA) for _ in rng]
+            r = d.recv
+
+            def call():
+                _wait_all(batch(ops))
+                r(ack, peer, group=g, tag=_TAG_ACK)
+        else:
+            ops = [P2POp(d.irecv, recv, peer, g, _TAG_DATA) for _ in rng]
+            s = d.send
+
+            def call():
+                _wait_all(batch(ops))
+                s(ack, peer, group=g, tag=_TAG_ACK)
+        return call
+
+    def barrier(self) -> Callable[[], None]:
+        d, g = self.dist, self.group
+        if self.device == "cuda":
+            sync = self.torch.cuda.synchronize
+            return lambda: (sync(), d.barrier(group=g))
+        return lambda: d.barrier(group=g)
+
+
+class TorchCudaBackend(TorchBackend):
+    """The same primitives on CUDA tensors of this rank's device."""
+
+    device = "cuda"
+
+
+def _wait_all(works) -> None:
+    for w in works:
+        w.wait()
+
+
+def _nothing() -> None:
+    return None
+
+
+class TorchReducer:
+    """Control-plane reductions on a gloo group (used when torchrun started the job: no MPI there)."""
+
+    def __init__(self):
+        self.torch, self.dist = import_torch()
+        self.group = self.dist.new_group(backend="gloo")
+        self.rank, self.size = self.dist.get_rank(), self.dist.get_world_size()
+        d = self.dist
+        self._ops = {"sum": d.ReduceOp.SUM, "min": d.ReduceOp.MIN, "max": d.ReduceOp.MAX}
+
+    def _tensor(self, values: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(values).copy())
+
+    def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        t = self._tensor(values)
+        self.dist.all_reduce(t, op=self._ops[op], group=self.group)
+        return t.numpy()
+
+    def reduce_to_root(self, values: np.ndarray, op: str) -> np.ndarray | None:
+        t = self._tensor(values)
+        self.dist.reduce(t, 0, op=self._ops[op], group=self.group)
+        return t.numpy() if self.rank == 0 else None
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def bcast(self, obj, root: int = 0):
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=root, group=self.group)
+        return box[0]
+
+    def gather(self, obj, root: int = 0):
+        out = [None] * self.size if self.rank == root else None
+        self.dist.gather_object(obj, out, dst=root, group=self.group)
+        return out
+
+    def abort(self, code: int) -> None:
+        # torchrun ends the other workers when one exits with an error
+        os._exit(code)
+
+
+def torch_metadata(backend_name: str, device: str, device_index: int | None) -> dict:
+    """torch version, process-group backend, NCCL version, device name and count, for the run record."""
+    torch, dist = import_torch()
+    out = {"version": torch.__version__, "backend": backend_name, "available": available_backends(dist),
+           "cuda": torch.version.cuda, "device": device}
+    if backend_name == "nccl":
+        try:
+            v = torch.cuda.nccl.version()
+            out["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:  # noqa: BLE001 - informative only
+            out["nccl_version"] = None
+    if device == "cuda" and torch.cuda.is_available():
+        out["device_count"] = torch.cuda.device_count()
+        out["device_index"] = device_index
+        out["device_name"] = torch.cuda.get_device_name(device_index or 0)
+    return out

@@ -1,0 +1,358 @@
+"""Device buffers and GPU timing: which GPU a rank uses, device pools, CUDA events, CUDA graphs.
+
+Buffers. Every pool has host slots (page-aligned, written by their rank; ``--check`` fills and verifies
+them) and, for ``--device cuda``, device slots of the same shape (torch tensors or cupy arrays) that the
+transport moves. ``push(k)`` copies slot k's host data to the device and ``pull(k)`` back, both outside
+the timed region and followed by a device synchronisation. On the CPU the torch tensors share the host
+slots' memory, so nothing is copied.
+
+GPU timing rules (torch on CUDA). The device is synchronised and the ranks pass a barrier before the
+timed region. In the lean loop one CUDA event is recorded on the current stream after every call (the
+collectives of torch.distributed make that stream wait for the communication stream), so iteration i
+lasts from event i to event i+1 on the GPU's clock; the host only waits at the end. With --sync barrier,
+--flush or --check, each iteration has its own start and end events, the device is synchronised before
+the barrier, and the flush (a write of twice the L2 size) runs before the start event. With --cuda-graph
+the timed iterations are captured once into a CUDA graph of G iterations (G = min(iterations, 100)); each
+replay is timed with an event pair and gives one sample, its time divided by G.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from microbench.buffers import BufferPool
+from microbench.collectives import Buffers
+from microbench.errors import RunError
+
+GRAPH_ITERATIONS = 100
+
+
+def cuda_runtime(buffer_kind: str):
+    """(module, device count) for the library that will hold device buffers: torch or cupy."""
+    if buffer_kind == "cupy":
+        try:
+            import cupy
+        except ImportError as exc:
+            raise RunError(f"--buffer cupy needs cupy ({exc}); pip install 'microbench[cuda]'") from exc
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # noqa: BLE001 - cupy raises CUDARuntimeError without a driver
+            raise RunError(f"--device cuda: no CUDA device is usable by cupy ({str(exc).splitlines()[0]})") from exc
+        if count < 1:
+            raise RunError("--device cuda: cupy sees no CUDA device")
+        return cupy, count
+    try:
+        import torch
+    except ImportError as exc:
+        raise RunError(f"--device cuda with torch buffers needs PyTorch ({exc})") from exc
+    if not torch.cuda.is_available():
+        raise RunError("--device cuda: no CUDA device (torch.cuda.is_available() is False"
+                       f"{'; this is a CPU-only torch build' if torch.version.cuda is None else ''})")
+    return torch, torch.cuda.device_count()
+
+
+def select_device(local_rank: int | None, count: int, gpus_per_node: int | None) -> int:
+    """One GPU per local rank: local rank modulo the GPUs per node (--gpus-per-node, else all visible)."""
+    per_node = gpus_per_node or count
+    if per_node < 1:
+        raise RunError("--gpus-per-node must be at least 1")
+    index = (local_rank or 0) % per_node
+    if index >= count:
+        raise RunError(f"local rank {local_rank} maps to GPU {index} but only {count} are visible")
+    return index
+
+
+def l2_cache_bytes(buffer_kind: str, index: int) -> int | None:
+    """The GPU's L2 cache size from its properties."""
+    if buffer_kind == "cupy":
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceProperties(index)["l2CacheSize"])
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0)) or None
+
+
+def free_device_bytes(buffer_kind: str, index: int) -> int:
+    if buffer_kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(index):
+            return int(cupy.cuda.runtime.memGetInfo()[0])
+    import torch
+
+    return int(torch.cuda.mem_get_info(index)[0])
+
+
+def cuda_aware_mpi(libmpi_path: str | None) -> bool | None:
+    """Ask the loaded MPI whether it takes CUDA pointers (Open MPI and MPICH extensions); None if it cannot say."""
+    if os.environ.get("MICROBENCH_ASSUME_CUDA_AWARE") in ("0", "1"):
+        return os.environ["MICROBENCH_ASSUME_CUDA_AWARE"] == "1"
+    try:
+        lib = ctypes.CDLL(libmpi_path) if libmpi_path else ctypes.CDLL(None)
+    except OSError:
+        return None
+    query = getattr(lib, "MPIX_Query_cuda_support", None)  # Open MPI (mpi-ext.h)
+    if query is not None:
+        query.restype = ctypes.c_int
+        return bool(query())
+    gpu_query = getattr(lib, "MPIX_GPU_query_support", None)  # MPICH: (MPIX_GPU_SUPPORT_CUDA = 0, int *)
+    if gpu_query is not None:
+        flag = ctypes.c_int(0)
+        gpu_query.restype = ctypes.c_int
+        if gpu_query(ctypes.c_int(0), ctypes.byref(flag)) == 0:
+            return bool(flag.value)
+    return None
+
+
+def address_of(buf) -> int:
+    """Raw address of a numpy array, torch tensor or cupy array (for the native loop)."""
+    if buf is None:
+        return 0
+    if hasattr(buf, "data_ptr"):
+        return int(buf.data_ptr())
+    if hasattr(buf, "ctypes"):
+        return int(buf.ctypes.data)
+    return int(buf.data.ptr)  # cupy
+
+
+class DevicePool:
+    """Host slots for fill/verify and device slots the transport uses; see the module docstring."""
+
+    def __init__(self, host: BufferPool, kind: str, buffer_kind: str, torch_dtype=None):
+        self.host = host
+        self.slots = host.slots
+        self.kind = kind  # "cpu" or "cuda"
+        self.buffer_kind = buffer_kind  # "numpy", "torch", "cupy"
+        self._torch = None
+        if buffer_kind == "numpy":
+            self.device_slots = host.slots
+        elif kind == "cpu":
+            from microbench.backends.torch_dist import host_tensor
+            import torch
+
+            self._torch = torch
+            self.device_slots = [Buffers(*(host_tensor(torch, a) if a is not None else None
+                                           for a in (s.send, s.recv, s.ack))) for s in host.slots]
+        else:
+            self.device_slots = [Buffers(*(self._device_array(a, torch_dtype) for a in (s.send, s.recv, s.ack)))
+                                 for s in host.slots]
+
+    @property
+    def copies(self) -> bool:
+        return self.kind == "cuda"
+
+    def _device_array(self, host_array, torch_dtype):
+        if host_array is None:
+            return None
+        if self.buffer_kind == "cupy":
+            import cupy
+
+            out = cupy.empty(host_array.shape, dtype=host_array.dtype if host_array.dtype.char != "E" else np.uint16)
+            out.fill(0)
+            return out
+        import torch
+
+        self._torch = torch
+        return torch.zeros(host_array.size, dtype=torch_dtype, device="cuda")
+
+    def _pairs(self, k: int):
+        return [(h, d) for h, d in zip((self.slots[k].send, self.slots[k].recv, self.slots[k].ack),
+                                       (self.device_slots[k].send, self.device_slots[k].recv, self.device_slots[k].ack))
+                if h is not None]
+
+    def push(self, k: int) -> None:
+        """Host slot k -> device slot k (untimed), then synchronise."""
+        if not self.copies:
+            return
+        for h, d in self._pairs(k):
+            if self.buffer_kind == "cupy":
+                d.set(h.view(np.uint16) if h.dtype.char == "E" else h)
+            else:
+                from microbench.backends.torch_dist import host_tensor
+
+                d.copy_(host_tensor(self._torch, h))
+        self._sync()
+
+    def pull(self, k: int) -> None:
+        """Device slot k -> host slot k (untimed)."""
+        if not self.copies:
+            return
+        self._sync()
+        for h, d in self._pairs(k):
+            if self.buffer_kind == "cupy":
+                host = d.get()
+                h.view(np.uint8)[...] = host.view(np.uint8)
+            else:
+                from microbench.backends.torch_dist import host_tensor
+
+                host_tensor(self._torch, h).copy_(d.cpu())
+
+    def staged(self, k: int, call):
+        """``call`` on host slot k wrapped in the copies a host-only MPI needs: device send -> host before,
+        host receive -> device after, all inside the timed call (--stage-host)."""
+        slot, dev = self.slots[k], self.device_slots[k]
+        to_host = [(h, d) for h, d in ((slot.send, dev.send),) if h is not None]
+        to_device = [(h, d) for h, d in ((slot.recv, dev.recv),) if h is not None] or to_host
+        sync = self._sync
+
+        if self.buffer_kind == "cupy":
+            def run():
+                for h, d in to_host:
+                    h.view(np.uint8)[...] = d.get().view(np.uint8)
+                call()
+                for h, d in to_device:
+                    d.set(h.view(np.uint16) if h.dtype.char == "E" else h)
+                sync()
+        else:
+            from microbench.backends.torch_dist import host_tensor
+
+            torch = self._torch
+            pairs_in = [(host_tensor(torch, h), d) for h, d in to_host]
+            pairs_out = [(host_tensor(torch, h), d) for h, d in to_device]
+
+            def run():
+                for h, d in pairs_in:
+                    h.copy_(d)
+                call()
+                for h, d in pairs_out:
+                    d.copy_(h)
+                sync()
+        return run
+
+    def _sync(self) -> None:
+        if self.buffer_kind == "cupy":
+            import cupy
+
+            cupy.cuda.runtime.deviceSynchronize()
+        elif self._torch is not None and self.kind == "cuda":
+            self._torch.cuda.synchronize()
+
+    def huge_page_bytes(self):
+        return self.host.huge_page_bytes()
+
+    def close(self) -> None:
+        self.device_slots = []
+        self.host.close()
+
+
+class DeviceFlush:
+    """Writes a device buffer of ``nbytes`` (twice the L2) between iterations, untimed."""
+
+    def __init__(self, nbytes: int, buffer_kind: str = "torch"):
+        if buffer_kind == "cupy":
+            import cupy
+
+            self.buffer = cupy.empty(nbytes, dtype=cupy.uint8)
+        else:
+            import torch
+
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        self.nbytes = nbytes
+        self.address = address_of(self.buffer)
+
+    def __call__(self, iteration: int = 0) -> None:
+        if hasattr(self.buffer, "fill_"):
+            self.buffer.fill_(iteration & 0xFF)
+        else:
+            self.buffer.fill(iteration & 0xFF)
+
+    def close(self) -> None:
+        self.buffer = None
+
+
+class CudaEventLoop:
+    """The Python loop timed with CUDA events on the current stream (torch, --device cuda)."""
+
+    kind = "python"
+    timer = "cuda_events"
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def prepare(self, calls):
+        return list(calls)
+
+    def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        if iters <= 0:
+            return np.empty(0, dtype=np.int64)
+        torch, n = self.torch, len(calls)
+        Event = torch.cuda.Event
+        torch.cuda.synchronize()
+        if barrier is None and flush is None:
+            events = [Event(enable_timing=True) for _ in range(iters + 1)]
+            events[0].record()
+            for i in range(iters):
+                calls[(start + i) % n]()
+                events[i + 1].record()
+            events[-1].synchronize()
+            ms = [events[i].elapsed_time(events[i + 1]) for i in range(iters)]
+        else:
+            pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]
+            for i in range(iters):
+                if flush is not None:
+                    flush(i)
+                if barrier is not None:
+                    barrier()  # synchronises the device first
+                pairs[i][0].record()
+                calls[(start + i) % n]()
+                pairs[i][1].record()
+            torch.cuda.synchronize()
+            ms = [a.elapsed_time(b) for a, b in pairs]
+        return np.round(np.asarray(ms) * 1e6).astype(np.int64)
+
+
+class CudaGraphLoop(CudaEventLoop):
+    """Untimed calls run eagerly; the timed iterations replay a captured CUDA graph (see the module docstring)."""
+
+    timer = "cuda_graph"
+
+    def __init__(self):
+        super().__init__()
+        self.graph_iterations = None
+
+    def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        if iters < GRAPH_ITERATIONS // 10 or barrier is not None or flush is not None:
+            return super().run(calls, iters, start, barrier, flush)
+        torch, n = self.torch, len(calls)
+        g_iters = min(iters, GRAPH_ITERATIONS)
+        replays = math.ceil(iters / g_iters)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(g_iters):
+                calls[(start + i) % n]()
+        torch.cuda.synchronize()
+        self.graph_iterations = g_iters
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+        for a, b in pairs:
+            a.record()
+            graph.replay()
+            b.record()
+        torch.cuda.synchronize()
+        self.replays = replays
+        # one sample per replay: the replay's time divided by the iterations it holds
+        per_iteration_ns = [a.elapsed_time(b) * 1e6 / g_iters for a, b in pairs]
+        del graph
+        return np.round(per_iteration_ns).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """What --device/--buffer resolved to on this rank."""
+
+    kind: str  # cpu | cuda
+    buffer: str  # numpy | torch | cupy
+    index: int | None
+    name: str | None
+    count: int
+    l2_bytes: int | None

@@ -1,0 +1,501 @@
+"""One rank's view of a run: transports, loops, the sweep of sizes, the pairwise test, the records."""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import sys
+import time
+import uuid
+from dataclasses import asdict
+
+import numpy as np
+
+import microbench
+from microbench import agree, buffers, engine, faults, launch, metadata, pairs, stats
+from microbench.cache import CacheFlush, plan_pool, report_path, slot_report, touched_slots
+from microbench.collectives import COLLECTIVES, POISON, Collective, Context, pair_of, participates
+from microbench.dtypes import DType
+from microbench.errors import RunError, UsageError
+from microbench.native import NativeUnavailable
+from microbench.options import RunOptions, SizePlan, cache_bytes_for, dtype_for, plan_size, validate_for_ranks
+from microbench.records import SCHEMA_VERSION, Output
+from microbench.report import Progress, Table
+from microbench.sizes import format_bytes, format_size
+from microbench.world import World
+
+class Session:
+    """One rank's view of a run: communicators, backend, output (rank 0), metadata."""
+
+    def __init__(self, world: World, opts: RunOptions, argv: list[str], state: faults.RunState,
+                 watchdog: faults.Watchdog):
+        from microbench.backends.mpi import MPIBackend, library
+
+        self.opts = opts
+        self.MPI = world.MPI
+        self.reducer = world.reducer
+        self.bench_comm = self.MPI.COMM_WORLD.Dup()
+        self.backend = MPIBackend(self.bench_comm, self.MPI)
+        self.rank, self.nranks = world.rank, world.nranks
+        self.lib = library(self.MPI)
+        self.argv = argv
+        self.python_backend = self.backend
+        self.cache_bytes = cache_bytes_for(opts)
+        self.loop = engine.PythonLoop()
+        self.loop_notice: str | None = None
+        self.output: Output | None = None
+        self.run_id = None
+        self.state, self.watchdog = state, watchdog
+        self.progress: Progress | None = None
+        self._progress_started = False
+
+    def choose_loop(self) -> None:
+        """--loop auto|native|python: use the C loop where every rank can build and load it (collective)."""
+        from microbench import native
+        from microbench.backends.mpi import NativeMPIBackend
+
+        want = self.opts.loop
+        lib, reason = None, None
+        if want != "python":
+            try:
+                lib = native.load(native.build(self.lib.prefix, self.lib.path), self.MPI.Get_library_version())
+            except native.NativeUnavailable as exc:
+                reason = str(exc)
+        first_missing = int(self.reducer.allreduce(
+            np.array([self.rank if (want != "python" and lib is None) else self.nranks], dtype=np.int64), "min")[0])
+        if first_missing < self.nranks:
+            reason = self.reducer.bcast(reason, root=first_missing)
+            where = f" (on rank {first_missing})" if first_missing else ""
+            if want == "native":
+                raise RunError(f"--loop native: the native loop is unavailable{where}: {reason}")
+            self.loop_notice = f"native loop unavailable{where}: {reason}; timing with the Python loop"
+            if self.rank == 0:
+                print(f"microbench: notice: {self.loop_notice}", file=sys.stderr, flush=True)
+            return
+        if want != "python":
+            self.loop = native.NativeLoop(lib)
+            self.backend = NativeMPIBackend(self.bench_comm, self.MPI)
+
+    # -- setup ------------------------------------------------------------------------------
+    def gather_hosts(self) -> None:
+        info = (platform.node(), metadata.versions(), self.lib.version_string.splitlines()[0] if self.lib.version_string else "")
+        gathered = self.reducer.gather(info)
+        self.hosts_by_rank = None
+        meta = None
+        if self.rank == 0:
+            self.hosts_by_rank = [g[0] for g in gathered]
+            per_host: dict[str, int] = {}
+            for h in self.hosts_by_rank:
+                per_host[h] = per_host.get(h, 0) + 1
+            mismatched = sorted({f"{k}={v}" for g in gathered for k, v in g[1].items() if g[1][k] != gathered[0][1].get(k)}
+                                | {f"mpi={g[2]}" for g in gathered if g[2] != gathered[0][2]})
+            meta = (per_host, self.hosts_by_rank, mismatched)
+        per_host, hosts_by_rank, mismatched = self.reducer.bcast(meta, root=0)
+        self.ranks_per_host, self.hosts_by_rank, self.version_mismatch = per_host, hosts_by_rank, mismatched
+        self.local_ranks = per_host[platform.node()]
+
+    def validate(self) -> None:
+        """Checks that need the rank count or the backend; collective, raises on every rank."""
+        error = None
+        try:
+            validate_for_ranks(self.opts, self.nranks, self.local_ranks)
+            for name in self.opts.benchmarks:
+                coll = COLLECTIVES[name]
+                why = self.backend.check_dtype(dtype_for(self.opts, coll), coll.reduces, self.opts.op)
+                if why:
+                    raise UsageError(f"{name}: {why}")
+        except (UsageError, RunError) as exc:
+            error = exc
+        agree.raise_if_any(self.reducer, error)
+
+    def write_run_record(self) -> None:
+        o = self.opts
+        self.run_id = self.reducer.bcast(uuid.uuid4().hex[:12] if self.rank == 0 else None)
+        if self.rank != 0:
+            return
+        total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(self.pair_schedule()[3]) if o.pairs else 0)
+        self.progress = Progress(total)
+        self.output = Output(o.out, o.csv, Table(progress=self.progress))
+        self.state.close_records = self._write_end
+        from microbench.backends.mpi import shadow_warning
+
+        meta = {
+            "type": "run",
+            "schema": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "microbench_version": microbench.__version__,
+            "time_utc": metadata.utc_now(),
+            "command": shlex.join(["microbench", *self.argv]),
+            "backend": o.backend,
+            "ranks": self.nranks,
+            "hosts": list(self.ranks_per_host),
+            "ranks_per_host": self.ranks_per_host,
+            "launcher": launch.discover().launcher,
+            "slurm": metadata.slurm_metadata(),
+            "mpi": {**self.lib.as_record(), "thread_level": "single"},
+            "versions": metadata.versions(),
+            "version_mismatch": self.version_mismatch,
+            "conditions": {
+                "huge_pages": o.huge_pages,
+                "thp": buffers.thp_mode(),
+                "page_size": buffers.page_size(),
+                "timer": "CLOCK_MONOTONIC (time.perf_counter_ns)",
+                "cpu": metadata.cpu_model(),
+                "cpus_per_rank": launch.cpu_count(),
+                "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
+                "cache_bytes": self.cache_bytes,
+                "cache_bytes_from": "--cache-size" if o.cache_size else "sysfs (last-level cache of cpu0)",
+                "env": metadata.relevant_env(),
+            },
+            "options": asdict(o),
+        }
+        self.output.run(meta)
+        if self.loop_notice:
+            self.output.note(self.loop_notice)
+        warning = shadow_warning(self.lib)
+        if warning:
+            print(f"microbench: warning: {warning}", file=sys.stderr, flush=True)
+            self.output.note(warning)
+        if self.version_mismatch:
+            text = f"library versions differ between ranks: {', '.join(self.version_mismatch)}"
+            print(f"microbench: warning: {text}", file=sys.stderr, flush=True)
+            self.output.note(text)
+
+    # -- measuring --------------------------------------------------------------------------
+    def context(self, coll: Collective) -> Context:
+        o = self.opts
+        peer, initiator = pair_of(self.rank, self.nranks) if coll.point_to_point else (None, False)
+        return Context(rank=self.rank, nranks=self.nranks, op=o.op, root=o.root, in_place=o.in_place,
+                       window=o.window, peer=peer, initiator=initiator)
+
+    def counts(self, coll: Collective, size: int) -> tuple[int, int]:
+        iters, warmup = engine.default_counts(coll, size)
+        if self.opts.iterations is not None:
+            iters = self.opts.iterations
+        if self.opts.warmup is not None:
+            warmup = self.opts.warmup
+        return iters, warmup
+
+    def section_lines(self, coll: Collective, dtype: DType) -> list[str]:
+        o = self.opts
+        hosts = len(self.ranks_per_host)
+        what = [f"backend {o.backend} ({self.lib.short_name})", f"{self.nranks} ranks on {hosts} host(s)",
+                f"dtype {dtype.name}"]
+        if coll.reduces:
+            what.append(f"op {o.op}")
+        if coll.in_place_ok:
+            what.append("in-place" if o.in_place else "out-of-place")
+        if coll.rooted:
+            what.append(f"root {o.root}")
+        if coll.point_to_point:
+            pairs = self.nranks // 2
+            what.append(f"{pairs} pair(s): rank i with i+{pairs}")
+            if coll.name != "latency":
+                what.append(f"window {o.window}")
+        small, large = self.counts(coll, 1), self.counts(coll, engine.LARGE_MESSAGE_BYTES + 1)
+        if o.time_budget:
+            counts = f"iterations chosen for {o.time_budget:g} s per size, warmup {small[1]} / {large[1]}"
+        elif o.iterations is not None:
+            counts = f"iterations {o.iterations}, warmup {small[1]} / {large[1]} (sizes above 8K)"
+        else:
+            counts = (f"iterations {small[0]} / {large[0]} and warmup {small[1]} / {large[1]} "
+                      f"(up to 8K / above)")
+        cache = f"cache {o.cache}"
+        if o.cache != "warm" or o.flush:
+            cache += f" (against {format_bytes(self.cache_bytes)}{', flush before each iteration' if o.flush else ''})"
+        lines = [", ".join(what),
+                 f"loop {self.loop.kind}, {cache}, sync {o.sync}, check {'on' if o.check else 'off'}, {counts}",
+                 "latency: avg/min/max across ranks of per-rank means; P50/P99 of all samples; "
+                 "algbw = S / avg, busbw = algbw x %s" % _factor_text(coll)]
+        return lines
+
+    def run_benchmark(self, coll: Collective) -> list[str]:
+        """Sweep every size of one benchmark; returns the sizes whose check failed."""
+        o = self.opts
+        dtype = dtype_for(self.opts, coll)
+        ctx = self.context(coll)
+        timing = participates(coll, ctx)
+        failed = []
+        if self.output:
+            extra = (["cache"] if o.cache != "warm" else []) + (["first"] if o.first_call_samples > 1 else [])
+            self.output.section({"benchmark": coll.name, "summary": coll.summary,
+                                 "lines": self.section_lines(coll, dtype), "extra_columns": extra})
+        skipped = []
+        for size in o.sizes_for(coll.name):
+            plan = plan_size(coll, size, self.nranks, dtype, o.in_place)
+            if plan is None:
+                skipped.append(size)
+                continue
+            self.watchdog.arm(f"{coll.name} at {plan.size_bytes} B")
+            self._progress(f"{coll.name} {format_size(plan.size_bytes)}")
+            for result in self.measure_size(coll, ctx, dtype, plan, size, timing):
+                if result.get("check") == "fail":
+                    failed.append(f"{format_size(size)} ({result['cache']})" if o.cache == "both" else format_size(size))
+                self.output.result(result)
+        if skipped and self.output:
+            unit = f"{self.nranks} x {dtype.name}" if coll.count_multiple(self.nranks) > 1 else dtype.name
+            self.output.note(f"{coll.name}: sizes {', '.join(map(str, skipped))} B skipped (smaller than one {unit})")
+        return self.reducer.bcast(failed, root=0)
+
+    def pair_schedule(self):
+        """(participant ranks, labels, 'host' or 'rank', rounds of pairs) of the pairwise test."""
+        members, labels, unit = pairs.choose_participants(self.hosts_by_rank)
+        return members, labels, unit, pairs.serial(members) if self.opts.serial else pairs.round_robin(members)
+
+    def run_pairs(self) -> None:
+        """The pairwise link test: a latency and a bandwidth matrix over every pair of participants."""
+        o = self.opts
+        members, labels, unit, schedule = self.pair_schedule()
+        index = {rank: i for i, rank in enumerate(members)}
+        for metric, coll, size in (("latency", COLLECTIVES["latency"], o.pair_sizes[0]),
+                                   ("bandwidth", COLLECTIVES["bw"], o.pair_sizes[1])):
+            dtype = dtype_for(o, coll)
+            plan = plan_size(coll, size, self.nranks, dtype, False)
+            iters, warmup = self.counts(coll, plan.size_bytes)
+            settings = engine.LoopSettings(iterations=iters, warmup=warmup, first_call=False)
+            matrix: list[list[float | None]] = [[None] * len(members) for _ in members]
+            started = time.perf_counter()
+            for number, round_pairs in enumerate(schedule, 1):
+                partner = {a: (b, True) for a, b in round_pairs} | {b: (a, False) for a, b in round_pairs}
+                peer, initiator = partner.get(self.rank, (None, False))
+                ctx = Context(rank=self.rank, nranks=self.nranks, window=o.window, peer=peer, initiator=initiator)
+                self.watchdog.arm(f"pairs {metric} round {number}/{len(schedule)} at {plan.size_bytes} B")
+                self._progress(f"pairs {metric} round {number}/{len(schedule)}")
+                pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, policy=o.huge_pages,
+                                          ack_count=1)
+                try:
+                    calls, backend, loop = self._build(coll, ctx, pool.slots)
+                    m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
+                                       lambda v: v, plan.size_bytes, timing=initiator)
+                finally:
+                    pool.close()
+                value = float(np.median(m.samples_us)) if initiator else None
+                cells = self.reducer.gather((peer, value) if initiator else None)
+                if self.rank == 0:
+                    for rank, cell in enumerate(cells):
+                        if cell is not None:
+                            i, j = index[rank], index[cell[0]]
+                            v = cell[1] if metric == "latency" else stats.bandwidth_gbps(plan.size_bytes, cell[1])
+                            matrix[i][j] = matrix[j][i] = v
+            if self.rank == 0:
+                self.output.result(self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit,
+                                                      schedule, iters, warmup, loop.kind, started))
+
+    def _pairs_record(self, metric, coll, plan, dtype, matrix, members, labels, unit, schedule, iters, warmup,
+                      loop_kind, started) -> dict:
+        found, rule = pairs.outliers(matrix, higher_is_worse=(metric == "latency"))
+        values = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
+        lat_values = values if metric == "latency" else [plan.size_bytes / (v * 1e9) * 1e6 for v in values]
+        lat = {"avg": float(np.mean(lat_values)), "min": min(lat_values), "max": max(lat_values),
+               "p50": float(np.median(lat_values)), "p10": float(np.percentile(lat_values, 10)),
+               "p90": float(np.percentile(lat_values, 90)), "p99": float(np.percentile(lat_values, 99)),
+               "samples": len(lat_values), "over": "pairs (each the p50 of its iterations)"}
+        algbw = stats.bandwidth_gbps(plan.size_bytes, lat["avg"])
+        return {
+            "type": "result", "run_id": self.run_id, "benchmark": "pairs", "metric": metric,
+            "backend": self.opts.backend, "size_bytes": plan.size_bytes, "send_bytes": plan.io_send_bytes,
+            "recv_bytes": plan.io_recv_bytes, "ranks": self.nranks, "dtype": dtype.name, "op": None,
+            "in_place": None, "iterations": iters, "warmup": warmup, "latency_us": lat,
+            "algbw_gbps": algbw, "busbw_gbps": algbw, "algbw_bytes": plan.size_bytes, "busbw_factor": 1.0,
+            "check": None, "first_call_us": None, "loop": loop_kind, "cache": "warm", "sync": "none",
+            "window": self.opts.window if metric == "bandwidth" else None,
+            "unit": unit, "labels": labels, "participant_ranks": members,
+            "matrix_unit": "us" if metric == "latency" else "GB/s", "matrix": matrix,
+            "schedule": "serial" if self.opts.serial else "round-robin", "rounds": len(schedule),
+            "outliers": [{"pair": [o.i, o.j], "labels": [labels[o.i], labels[o.j]], "value": o.value,
+                          "z": round(o.z, 2)} for o in found],
+            "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs",
+                             "direction": "above" if metric == "latency" else "below", **rule},
+            "time_utc": metadata.utc_now(), "wall_s": round(time.perf_counter() - started, 4),
+        }
+
+    def _progress(self, what: str) -> None:
+        """Rank 0: advance the progress bar (one step per size or pairs round, announced before it runs)."""
+        if self.rank == 0 and self.progress is not None:
+            if self._progress_started:
+                self.progress.done()
+            self._progress_started = True
+            self.progress.step(what)
+
+    def cache_passes(self) -> list[str]:
+        return ["warm", "cold"] if self.opts.cache == "both" else [self.opts.cache]
+
+    def _build(self, coll: Collective, ctx: Context, slots):
+        """Calls for the slots on the session's loop; the Python loop where the C loop cannot take a size."""
+        try:
+            return [coll.build(self.backend, slot, ctx) for slot in slots], self.backend, self.loop
+        except NativeUnavailable:  # element counts above the C loop's int: Python loop for this size
+            return [coll.build(self.python_backend, slot, ctx) for slot in slots], self.python_backend, \
+                engine.PythonLoop()
+
+    def measure_size(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan, requested: int,
+                     timing: bool) -> list[dict]:
+        """Measure one size in each cache mode asked for; returns the result records (rank 0)."""
+        records = []
+        for index, mode in enumerate(self.cache_passes()):
+            rec = self.measure_pass(coll, ctx, dtype, plan, requested, timing, mode, first_call=(index == 0))
+            if rec is not None:
+                records.append(rec)
+        return records
+
+    def measure_pass(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan, requested: int,
+                     timing: bool, mode: str, first_call: bool) -> dict | None:
+        o = self.opts
+        started = time.perf_counter()
+        iters, warmup = self.counts(coll, plan.size_bytes)
+        item = dtype.itemsize
+        pool_plan = None
+        if mode == "cold":
+            uses = (1 if first_call else 0) + warmup + (iters if o.time_budget is None else 10**9)
+            pool_plan = plan_pool(plan.send_count * item, plan.recv_count * item, self.cache_bytes, uses,
+                                  o.max_memory)
+        flush = CacheFlush(2 * self.cache_bytes) if (mode == "cold" or o.flush) else None
+        settings = engine.LoopSettings(iterations=iters, warmup=warmup, check=o.check,
+                                       sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget,
+                                       first_call=first_call, flush_before=flush if mode == "cold" else None,
+                                       flush_each=flush if o.flush else None)
+        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy,
+                                  nslots=pool_plan.slots if pool_plan else 1, policy=o.huge_pages,
+                                  ack_count=1 if coll.point_to_point else 0)
+        try:
+            calls, backend, loop = self._build(coll, ctx, pool.slots)
+            faults.test_hooks(coll.name, plan.size_bytes, self.rank)
+            m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
+                               lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
+                               plan.size_bytes, timing)
+            extra_first = []
+            if first_call and o.first_call_samples > 1:
+                extra_first = engine.time_fresh_calls(
+                    o.first_call_samples - 1, lambda: self._fresh_call(coll, ctx, dtype, plan), loop,
+                    backend.barrier(), coll.per_iteration(ctx.window))
+            huge = pool.huge_page_bytes()
+            slot_report(report_path(), {"rank": self.rank, "benchmark": coll.name, "size_bytes": plan.size_bytes,
+                                        "cache": mode, "slots": len(pool.slots),
+                                        "uses": (1 if first_call else 0) + m.warmup + m.iterations,
+                                        "touched": touched_slots(pool.slots, POISON)})
+        finally:
+            pool.close()
+            if flush is not None:
+                flush.close()
+        latency = stats.summarize(m.samples_us, self.reducer)
+        first = self._first_call([m.first_call_us, *extra_first] if (first_call and timing) else None) \
+            if first_call else None
+        check = None
+        if m.check_errors is not None:
+            errors = int(self.reducer.allreduce(np.array([m.check_errors], dtype=np.int64), "sum")[0])
+            check = "pass" if errors == 0 else "fail"
+        hp_total = int(self.reducer.allreduce(np.array([huge or 0], dtype=np.int64), "sum")[0])
+        if o.samples:
+            self._write_samples(coll, plan, mode, m.samples_us)
+        if self.rank != 0:
+            return None
+        factor = coll.busbw_factor(self.nranks)
+        s_bytes = coll.algbw_bytes(plan.size_bytes, self.nranks)
+        algbw = stats.bandwidth_gbps(s_bytes, latency["avg"])
+        result = {
+            "type": "result",
+            "run_id": self.run_id,
+            "benchmark": coll.name,
+            "backend": o.backend,
+            "size_bytes": plan.size_bytes,
+            "send_bytes": plan.io_send_bytes,
+            "recv_bytes": plan.io_recv_bytes,
+            "ranks": self.nranks,
+            "dtype": dtype.name,
+            "op": o.op if coll.reduces else None,
+            "in_place": o.in_place if coll.in_place_ok else None,
+            "iterations": m.iterations,
+            "warmup": m.warmup,
+            "latency_us": latency,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * factor,
+            "algbw_bytes": s_bytes,
+            "busbw_factor": factor,
+            "check": check,
+            "first_call_us": first,
+            "loop": loop.kind,
+            "cache": mode,
+            "cache_bytes": self.cache_bytes if (mode == "cold" or o.flush) else None,
+            "pool_bytes": pool_plan.pool_bytes if pool_plan else plan.send_count * item + plan.recv_count * item,
+            "pool_slots": pool_plan.slots if pool_plan else 1,
+            "cache_evicts": pool_plan.evicts if pool_plan else None,
+            "flush": o.flush,
+            "sync": o.sync,
+            "huge_pages": o.huge_pages,
+            "huge_page_bytes": hp_total,
+            "time_utc": metadata.utc_now(),
+            "wall_s": round(time.perf_counter() - started, 4),
+        }
+        if plan.size_bytes != requested:
+            result["requested_bytes"] = requested
+        if coll.rooted:
+            result["root"] = o.root
+        if coll.point_to_point:
+            result["pairs"] = self.nranks // 2
+            result["window"] = o.window if coll.name != "latency" else None
+            result["pairs_inter_node"] = sum(
+                1 for i in range(self.nranks // 2)
+                if self.hosts_by_rank[i] != self.hosts_by_rank[i + self.nranks // 2])
+        return result
+
+    def _fresh_call(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan):
+        """One call bound to a newly mapped, written, never-used buffer set; and its release function."""
+        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=1, policy=self.opts.huge_pages,
+                                  ack_count=1 if coll.point_to_point else 0)
+        coll.fill(pool.slots[0], ctx, 0)
+        calls, _, _ = self._build(coll, ctx, pool.slots)
+        return calls, pool.close
+
+    def _first_call(self, values: list[float] | None) -> dict | None:
+        """Cross-rank first-call figures: the very first call per rank, and the spread over fresh sets."""
+        gathered = self.reducer.gather(values)
+        if self.rank != 0:
+            return None
+        per_rank = {r: v for r, v in enumerate(gathered) if v is not None}
+        if not per_rank:
+            return None
+        firsts = [v[0] for v in per_rank.values()]
+        out = {"max": max(firsts), "min": min(firsts), "avg": sum(firsts) / len(firsts)}
+        if len(gathered) <= 256:
+            out["per_rank"] = {str(r): v[0] for r, v in per_rank.items()}
+        k = len(next(iter(per_rank.values())))
+        out["samples"] = k
+        if k > 1:
+            maxima = [max(v[j] for v in per_rank.values()) for j in range(k)]
+            out["max_across_ranks"] = {"values": maxima, "min": min(maxima), "p50": float(np.median(maxima)),
+                                       "max": max(maxima)}
+        return out
+
+    def _write_samples(self, coll: Collective, plan: SizePlan, cache: str, samples: np.ndarray | None) -> None:
+        import json
+
+        gathered = self.reducer.gather(None if samples is None else samples.tolist())
+        if self.rank != 0:
+            return
+        with open(self.opts.samples, "a") as f:
+            for rank, s in enumerate(gathered):
+                if s is not None:
+                    f.write(json.dumps({"type": "samples", "run_id": self.run_id, "benchmark": coll.name,
+                                        "size_bytes": plan.size_bytes, "cache": cache, "rank": rank,
+                                        "latency_us": s}) + "\n")
+
+    def _write_end(self, status: str, reason: str) -> None:
+        """Rank 0: the run's end record (called once, from whichever thread ends the run)."""
+        if self.output:
+            self.output.end({"type": "end", "run_id": self.run_id, "status": status, "reason": reason,
+                             "time_utc": metadata.utc_now(), "results": len(self.output.results)})
+            self.output.close()
+
+    def finish(self, status: str, reason: str = "") -> None:
+        self.watchdog.disarm()
+        self.state.close(status, reason)
+
+
+def _factor_text(coll: Collective) -> str:
+    text = {2.0: "2(n-1)/n", 1.0: "1"}
+    f4 = coll.busbw_factor(4)
+    if abs(f4 - 1.5) < 1e-9:
+        return "2(n-1)/n"
+    if abs(f4 - 0.75) < 1e-9:
+        return "(n-1)/n"
+    return text.get(f4, f"{f4:g}")
