@@ -37,6 +37,8 @@ class Context:
     window: int = 64
     peer: int | None = None  #: point-to-point partner, None when this rank sits out
     initiator: bool = False  #: point-to-point: this rank starts the ping-pong / sends the window
+    #: in-place reduce_scatter leaves this rank's result at its own block (NCCL, torch) rather than the first (MPI)
+    result_at_rank: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,11 +153,13 @@ REDUCE = Collective(
     reduces=True,
     default_dtype="float32",
     buffer_counts=lambda count, n: (count, count),
+    in_place_counts=lambda count, n: (0, count),
     busbw_factor=lambda n: 1.0,
     algbw_bytes=lambda size, n: size,
-    build=lambda be, b, c: be.reduce(b.send, b.recv, c.op, c.root),
+    build=lambda be, b, c: be.reduce(None if c.in_place else b.send, b.recv, c.op, c.root),
     fill=_allreduce_fill,
     verify=_reduce_verify,
+    in_place_ok=True,
     rooted=True,
 )
 
@@ -202,9 +206,12 @@ def _reduce_scatter_fill(b: Buffers, c: Context, it: int) -> None:
 
 
 def _reduce_scatter_verify(b: Buffers, c: Context, it: int) -> int:
-    # In place, the result is the first block of the buffer (MPI_Reduce_scatter_block semantics).
-    block = b.recv.size // c.nranks if c.in_place else b.recv.size
-    return _mismatches(b.recv[:block], _reduction_result(c.nranks, c.op))
+    # In place, MPI_Reduce_scatter_block leaves the result in the first block; NCCL/torch at the rank's block.
+    if not c.in_place:
+        return _mismatches(b.recv, _reduction_result(c.nranks, c.op))
+    block = b.recv.size // c.nranks
+    start = c.rank * block if c.result_at_rank else 0
+    return _mismatches(b.recv[start:start + block], _reduction_result(c.nranks, c.op))
 
 
 REDUCE_SCATTER = Collective(

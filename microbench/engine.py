@@ -131,16 +131,21 @@ def _result_array(b):
 
 def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settings: LoopSettings,
             barrier: Callable[[], None], agree_max: Callable[[float], float], size_bytes: int,
-            timing: bool) -> Measurement:
+            timing: bool, push: Callable[[int], None] | None = None,
+            pull: Callable[[int], None] | None = None) -> Measurement:
     """Measure one size on this rank. ``calls[i]`` runs one iteration on ``slots[i]``.
 
     Slots are used in rotation without ever restarting: the first call (slot 0), then warmup, then the
     timed iterations each take the next slot. ``agree_max`` returns the maximum of a value over all
     ranks (to agree on an iteration count under a time budget); ``timing`` says whether this rank's
-    samples count.
+    samples count. ``slots`` are host buffers (filled and verified here); with device buffers,
+    ``push(k)`` copies slot k to the device and ``pull(k)`` back, outside the timing.
     """
-    for slot in slots:
+    push = push or (lambda k: None)
+    pull = pull or (lambda k: None)
+    for k, slot in enumerate(slots):
         coll.fill(slot, ctx, 0)
+        push(k)
     per_iteration = coll.per_iteration(ctx.window)
     calls = loop.prepare(calls)
     nslots = len(slots)
@@ -179,13 +184,17 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
         for i in range(iterations):
             k = (position + i) % nslots
             coll.fill(slots[k], ctx, i)
+            push(k)
             durations[i] = loop.run(calls, 1, start=k, barrier=sync, flush=flush_each)[0]
+            pull(k)
             if corrupt:
                 _result_array(slots[k]).reshape(-1).view(np.uint8)[-1] ^= 0xFF
             errors += coll.verify(slots[k], ctx, i)
     else:
         durations = loop.run(calls, iterations, start=position % nslots, barrier=sync, flush=flush_each)
 
+    if len(durations) == 0:
+        durations = np.zeros(0, dtype=np.int64)
     samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
     return Measurement(samples, first_us if timing else None, iterations, warmup, errors)
 

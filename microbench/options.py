@@ -57,6 +57,12 @@ class RunOptions:
     pairs: bool = False  #: run the pairwise link test
     pair_sizes: tuple[int, int] = (8, 1 << 20)  #: (latency size, bandwidth size) of the pairwise test
     serial: bool = False
+    torch_backend: str = "auto"  #: gloo | nccl | mpi | ucc | auto (nccl on CUDA, else gloo)
+    device: str = "cpu"  #: cpu | cuda
+    buffer: str = "numpy"  #: numpy | cupy | torch: what holds the buffers the transport moves
+    stage_host: bool = False  #: MPI without CUDA support: copy device buffers through the host (timed)
+    cuda_graph: bool = False
+    gpus_per_node: int | None = None
 
     def sizes_for(self, benchmark: str) -> list[int]:
         """The sizes one benchmark sweeps (the workload's, with --sizes-from)."""
@@ -115,6 +121,7 @@ class RunOptions:
             raise UsageError(f"--root must be a rank (got {args.root})")
         if args.first_call_samples < 1:
             raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
+        buffer = _resolve_buffer(args)
         if args.timeout < 0:
             raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
         cache_size = parse_size(args.cache_size) if args.cache_size else None
@@ -126,11 +133,40 @@ class RunOptions:
                    samples=args.samples, cache=args.cache, cache_size=cache_size, max_memory=max_memory,
                    flush=args.flush, first_call_samples=args.first_call_samples, timeout=args.timeout,
                    pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
-                   sizes_by_benchmark=by_benchmark)
+                   sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
+                   buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
+                   gpus_per_node=args.gpus_per_node)
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
         return {**asdict(self), "microbench_version": microbench.__version__}
+
+
+def _resolve_buffer(args) -> str:
+    """--buffer, checked against --backend and --device (default: numpy on the CPU, torch tensors on CUDA)."""
+    if args.backend == "torch":
+        if args.loop == "native":
+            raise UsageError("--loop native times MPI calls; the torch backend uses the Python loop")
+        if args.buffer not in (None, "torch"):
+            raise UsageError("--backend torch moves torch tensors; --buffer applies to the MPI backend")
+        if args.stage_host:
+            raise UsageError("--stage-host applies to the MPI backend with device buffers")
+        buffer = "torch"
+    else:
+        if args.torch_backend != "auto":
+            raise UsageError("--torch-backend applies to --backend torch")
+        buffer = args.buffer or ("numpy" if args.device == "cpu" else "torch")
+        if args.device == "cpu" and buffer != "numpy":
+            raise UsageError(f"--buffer {buffer} holds device memory: add --device cuda")
+        if args.device == "cuda" and buffer == "numpy":
+            raise UsageError("--buffer numpy is host memory: use --buffer cupy or torch with --device cuda")
+        if args.stage_host and args.device != "cuda":
+            raise UsageError("--stage-host copies device buffers through the host: it needs --device cuda")
+    if args.cuda_graph and not (args.backend == "torch" and args.device == "cuda"):
+        raise UsageError("--cuda-graph captures torch.distributed calls on CUDA: add --backend torch --device cuda")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
+    return buffer
 
 
 @dataclass
@@ -228,3 +264,15 @@ def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
             f"{name} at {format_size(size)} needs {format_bytes(host_need)} on host {platform.node()} "
             f"({local_ranks} ranks x {format_bytes(need)} of buffers) but {format_bytes(avail)} is "
             f"available; lower the largest size (-m)")
+
+
+def preflight_local(opts: RunOptions) -> None:
+    """Checks the --np parent can make on this host before it starts any rank (the ranks check again)."""
+    if opts.backend == "torch":
+        from microbench.backends.torch_dist import resolve_backend
+
+        resolve_backend(opts.torch_backend, opts.device)
+    if opts.device == "cuda":
+        from microbench.device import cuda_runtime
+
+        cuda_runtime(opts.buffer if opts.backend == "mpi" else "torch")

@@ -70,8 +70,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write a buffer of twice the cache size before every iteration (untimed)")
     g.add_argument("--first-call-samples", type=int, default=1, metavar="K",
                    help="time the first call at each size on K fresh buffer sets (default 1)")
-    g = p.add_argument_group("transport")
-    g.add_argument("--backend", choices=("mpi",), default="mpi", help="transport (default mpi)")
+    g = p.add_argument_group("transport and devices")
+    g.add_argument("--backend", choices=("mpi", "torch"), default="mpi",
+                   help="mpi: mpi4py on the MPI mpi4py loaded (default); torch: torch.distributed")
+    g.add_argument("--torch-backend", choices=("gloo", "nccl", "mpi", "ucc", "auto"), default="auto",
+                   help="torch.distributed backend; auto: nccl with --device cuda, else gloo")
+    g.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where buffers live (cuda: one GPU per local rank)")
+    g.add_argument("--buffer", choices=("numpy", "cupy", "torch"),
+                   help="MPI backend: what holds the buffers (default numpy on the CPU, torch on CUDA); "
+                        "device buffers need a CUDA-aware MPI or --stage-host")
+    g.add_argument("--stage-host", action="store_true",
+                   help="MPI without CUDA support: copy device buffers to the host and back around each call "
+                        "(inside the timing; records say staged)")
+    g.add_argument("--cuda-graph", action="store_true",
+                   help="torch on CUDA: replay the timed iterations from a captured CUDA graph")
+    g.add_argument("--gpus-per-node", type=int, metavar="N",
+                   help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
     g.add_argument("--loop", choices=("auto", "native", "python"), default="auto",
                    help="timed loop: native (C, built with the MPI's mpicc at first use and cached), python, "
                         "or auto: native where it builds, else python with a notice (default auto)")

@@ -7,7 +7,7 @@ import sys
 from microbench import agree, faults, launch
 from microbench.collectives import COLLECTIVES
 from microbench.errors import UsageError
-from microbench.options import RunOptions, validate_for_ranks
+from microbench.options import RunOptions, preflight_local, validate_for_ranks
 from microbench.session import Session
 from microbench.world import init_world
 
@@ -28,18 +28,20 @@ def run(args, argv: list[str]) -> int:
             if error:
                 raise error
             validate_for_ranks(opts, args.np, args.np)
+            preflight_local(opts)
             return launch.self_launch(argv, args.np)
 
     state = faults.RunState(info.rank)
     faults.SignalGuard(state)
     world = init_world()
-    watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.MPI.COMM_WORLD.Abort)
+    watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.abort)
     watchdog.arm("setup (MPI, agreement, loop build)")
     if error is None and args.np is not None and args.np != world.nranks:
         error = UsageError(f"--np {args.np} but the launcher started {world.nranks} ranks")
     agree.raise_if_any(world.reducer, error)
     agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
     session = Session(world, opts, argv, state, watchdog)
+    session.setup_transport()
     session.gather_hosts()
     session.validate()
     session.choose_loop()

@@ -18,10 +18,12 @@ from microbench.collectives import COLLECTIVES, POISON, Collective, Context, pai
 from microbench.dtypes import DType
 from microbench.errors import RunError, UsageError
 from microbench.native import NativeUnavailable
-from microbench.options import RunOptions, SizePlan, cache_bytes_for, dtype_for, plan_size, validate_for_ranks
+from microbench.options import RunOptions, SizePlan, buffer_bytes_per_rank, cache_bytes_for, dtype_for, plan_size, \
+    validate_for_ranks
 from microbench.records import SCHEMA_VERSION, Output
 from microbench.report import Progress, Table
 from microbench.sizes import format_bytes, format_size
+from microbench.device import DeviceChoice
 from microbench.world import World
 
 class Session:
@@ -29,17 +31,18 @@ class Session:
 
     def __init__(self, world: World, opts: RunOptions, argv: list[str], state: faults.RunState,
                  watchdog: faults.Watchdog):
-        from microbench.backends.mpi import MPIBackend, library
+        from microbench.backends.mpi import library
 
-        self.opts = opts
+        self.opts, self.world = opts, world
         self.MPI = world.MPI
         self.reducer = world.reducer
-        self.bench_comm = self.MPI.COMM_WORLD.Dup()
-        self.backend = MPIBackend(self.bench_comm, self.MPI)
         self.rank, self.nranks = world.rank, world.nranks
-        self.lib = library(self.MPI)
+        self.lib = library(self.MPI) if self.MPI is not None else None
         self.argv = argv
-        self.python_backend = self.backend
+        self.backend = self.python_backend = None  # set by setup_transport
+        self.device: DeviceChoice = DeviceChoice("cpu", opts.buffer, None, None, 0, None)
+        self.staged = False
+        self.torch_meta: dict | None = None
         self.cache_bytes = cache_bytes_for(opts)
         self.loop = engine.PythonLoop()
         self.loop_notice: str | None = None
@@ -49,12 +52,114 @@ class Session:
         self.progress: Progress | None = None
         self._progress_started = False
 
+    # -- transport ----------------------------------------------------------------------------
+    def setup_transport(self) -> None:
+        """Pick the device, join the transport, check what it supports (collective; errors end every rank)."""
+        error = None
+        try:
+            self._select_device()
+            if self.opts.backend == "mpi":
+                self._setup_mpi()
+            else:
+                self._setup_torch()
+        except (UsageError, RunError) as exc:
+            error = exc
+        agree.raise_if_any(self.reducer, error)
+        self.python_backend = self.backend
+
+    def _select_device(self) -> None:
+        o = self.opts
+        if o.device == "cpu":
+            return
+        from microbench import device
+
+        kind = o.buffer if o.backend == "mpi" else "torch"
+        module, count = device.cuda_runtime(kind)
+        index = device.select_device(launch.discover().local_rank, count, o.gpus_per_node)
+        if kind == "cupy":
+            module.cuda.Device(index).use()
+            name = module.cuda.runtime.getDeviceProperties(index)["name"].decode(errors="replace")
+        else:
+            module.cuda.set_device(index)
+            name = module.cuda.get_device_name(index)
+        l2 = device.l2_cache_bytes(kind, index)
+        self.device = DeviceChoice("cuda", o.buffer, index, name, count, l2)
+        self.cache_bytes = o.cache_size or l2
+
+    def _setup_mpi(self) -> None:
+        from microbench.backends.mpi import MPIBackend
+        from microbench.world import require_mpi
+
+        require_mpi(self.world, "--backend mpi")
+        self.bench_comm = self.MPI.COMM_WORLD.Dup()
+        self.backend = MPIBackend(self.bench_comm, self.MPI)
+        if self.device.kind == "cuda":
+            from microbench.device import cuda_aware_mpi
+
+            aware = cuda_aware_mpi(self.lib.path)
+            if not aware:
+                if not self.opts.stage_host:
+                    said = "says it is not" if aware is False else "cannot say whether it is"
+                    raise RunError(f"{self.lib.short_name} {said} CUDA-aware, so it cannot move {self.opts.buffer} "
+                                   f"device buffers: use a CUDA-aware MPI, add --stage-host to copy through the host "
+                                   f"(timed), or set MICROBENCH_ASSUME_CUDA_AWARE=1 if you know it is")
+                self.staged = True
+
+    def _setup_torch(self) -> None:
+        from microbench.backends import torch_dist
+
+        o = self.opts
+        name = torch_dist.resolve_backend(o.torch_backend, o.device)
+        torch, dist = torch_dist.import_torch()
+        if not dist.is_initialized():  # under mpiexec/srun: rank 0's TCPStore address travels over MPI
+            torch_dist.init_process_group("gloo", self.rank, self.nranks, self.world.launcher,
+                                          bcast=lambda obj: self.reducer.bcast(obj, root=0), timeout_s=o.timeout or 600)
+        group = dist.new_group(backend=name)
+        cls = torch_dist.TorchCudaBackend if o.device == "cuda" else torch_dist.TorchBackend
+        self.backend = cls(group)
+        self.torch_meta = torch_dist.torch_metadata(name, o.device, self.device.index)
+
+    def in_place_for(self, coll: Collective) -> bool:
+        """In place when asked, or when the transport's API has no out-of-place form (torch all_reduce, reduce)."""
+        return self.opts.in_place or coll.name in getattr(self.backend, "in_place_only", ())
+
+    def make_pool(self, plan: SizePlan, dtype: DType, nslots: int, ack: bool):
+        """Host slots (filled, verified) and the buffers the transport moves (the same memory on the host)."""
+        from microbench.device import DevicePool
+
+        host = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=nslots,
+                                  policy=self.opts.huge_pages, ack_count=1 if ack else 0)
+        torch_dtype = None
+        if self.device.kind == "cuda" and self.opts.buffer == "torch":
+            from microbench.backends.torch_dist import import_torch, torch_dtype as to_torch
+
+            torch_dtype = to_torch(import_torch()[0], dtype.name)
+        return DevicePool(host, self.device.kind, self.opts.buffer, torch_dtype)
+
+    def make_flush(self):
+        """The buffer cold mode and --flush write: twice the CPU cache, or twice the GPU L2 for device buffers."""
+        if self.device.kind == "cuda":
+            from microbench.device import DeviceFlush
+
+            return DeviceFlush(2 * self.cache_bytes, "cupy" if self.opts.buffer == "cupy" else "torch")
+        return CacheFlush(2 * self.cache_bytes)
+
     def choose_loop(self) -> None:
-        """--loop auto|native|python: use the C loop where every rank can build and load it (collective)."""
+        """The timed loop: CUDA events for torch on CUDA (or a CUDA graph), else the native C loop for MPI
+        where every rank can build and load it (--loop auto|native|python), else the Python loop."""
         from microbench import native
         from microbench.backends.mpi import NativeMPIBackend
 
-        want = self.opts.loop
+        o = self.opts
+        if o.backend == "torch":
+            if o.device == "cuda":
+                from microbench.device import CudaEventLoop, CudaGraphLoop
+
+                self.loop = CudaGraphLoop() if o.cuda_graph else CudaEventLoop()
+            return
+        want = "python" if self.staged else o.loop
+        if self.staged and o.loop == "native":
+            raise RunError("--loop native cannot stage device buffers through the host; use --loop python")
         lib, reason = None, None
         if want != "python":
             try:
@@ -78,7 +183,8 @@ class Session:
 
     # -- setup ------------------------------------------------------------------------------
     def gather_hosts(self) -> None:
-        info = (platform.node(), metadata.versions(), self.lib.version_string.splitlines()[0] if self.lib.version_string else "")
+        lib = self.lib.version_string.splitlines()[0] if self.lib and self.lib.version_string else ""
+        info = (platform.node(), metadata.versions(), lib)
         gathered = self.reducer.gather(info)
         self.hosts_by_rank = None
         meta = None
@@ -99,6 +205,7 @@ class Session:
         error = None
         try:
             validate_for_ranks(self.opts, self.nranks, self.local_ranks)
+            self.check_device_memory()
             for name in self.opts.benchmarks:
                 coll = COLLECTIVES[name]
                 why = self.backend.check_dtype(dtype_for(self.opts, coll), coll.reduces, self.opts.op)
@@ -107,6 +214,25 @@ class Session:
         except (UsageError, RunError) as exc:
             error = exc
         agree.raise_if_any(self.reducer, error)
+
+    def check_device_memory(self) -> None:
+        """Fail when the largest device buffers of the sweep do not fit in this rank's free GPU memory."""
+        if self.device.kind != "cuda":
+            return
+        from microbench.device import free_device_bytes
+
+        kind = self.opts.buffer if self.opts.backend == "mpi" else "torch"
+        free = free_device_bytes(kind, self.device.index)
+        sharing = max(1, -(-self.local_ranks // max(self.device.count, 1)))  # ranks per GPU
+        for name in self.opts.benchmarks:
+            coll = COLLECTIVES[name]
+            for size in self.opts.sizes_for(name):
+                plan = plan_size(coll, size, self.nranks, dtype_for(self.opts, coll), self.in_place_for(coll))
+                need = buffer_bytes_per_rank(self.opts, coll, plan) * sharing if plan else 0
+                if need > 0.9 * free:
+                    raise RunError(f"{name} at {format_size(size)} needs {format_bytes(need)} on GPU "
+                                   f"{self.device.index} ({self.device.name}) but {format_bytes(free)} is free; "
+                                   f"lower the largest size (-m)")
 
     def write_run_record(self) -> None:
         o = self.opts
@@ -132,19 +258,25 @@ class Session:
             "ranks_per_host": self.ranks_per_host,
             "launcher": launch.discover().launcher,
             "slurm": metadata.slurm_metadata(),
-            "mpi": {**self.lib.as_record(), "thread_level": "single"},
+            "mpi": {**self.lib.as_record(), "thread_level": "single"} if self.lib else None,
+            "torch": self.torch_meta,
+            "device": {"kind": self.device.kind, "buffer": o.buffer, "index": self.device.index,
+                       "name": self.device.name, "count": self.device.count, "l2_bytes": self.device.l2_bytes,
+                       "staged_through_host": self.staged},
             "versions": metadata.versions(),
             "version_mismatch": self.version_mismatch,
             "conditions": {
                 "huge_pages": o.huge_pages,
                 "thp": buffers.thp_mode(),
                 "page_size": buffers.page_size(),
-                "timer": "CLOCK_MONOTONIC (time.perf_counter_ns)",
+                "timer": getattr(self.loop, "timer", "host") == "host" and "CLOCK_MONOTONIC (time.perf_counter_ns)"
+                or f"CUDA events ({getattr(self.loop, 'timer')})",
                 "cpu": metadata.cpu_model(),
                 "cpus_per_rank": launch.cpu_count(),
                 "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
                 "cache_bytes": self.cache_bytes,
-                "cache_bytes_from": "--cache-size" if o.cache_size else "sysfs (last-level cache of cpu0)",
+                "cache_bytes_from": "--cache-size" if o.cache_size else (
+                    "GPU L2 (device properties)" if self.device.kind == "cuda" else "sysfs (last-level cache of cpu0)"),
                 "env": metadata.relevant_env(),
             },
             "options": asdict(o),
@@ -152,7 +284,7 @@ class Session:
         self.output.run(meta)
         if self.loop_notice:
             self.output.note(self.loop_notice)
-        warning = shadow_warning(self.lib)
+        warning = shadow_warning(self.lib) if self.lib else None
         if warning:
             print(f"microbench: warning: {warning}", file=sys.stderr, flush=True)
             self.output.note(warning)
@@ -165,8 +297,9 @@ class Session:
     def context(self, coll: Collective) -> Context:
         o = self.opts
         peer, initiator = pair_of(self.rank, self.nranks) if coll.point_to_point else (None, False)
-        return Context(rank=self.rank, nranks=self.nranks, op=o.op, root=o.root, in_place=o.in_place,
-                       window=o.window, peer=peer, initiator=initiator)
+        return Context(rank=self.rank, nranks=self.nranks, op=o.op, root=o.root, in_place=self.in_place_for(coll),
+                       window=o.window, peer=peer, initiator=initiator,
+                       result_at_rank=getattr(self.backend, "in_place_result_at_rank", False))
 
     def counts(self, coll: Collective, size: int) -> tuple[int, int]:
         iters, warmup = engine.default_counts(coll, size)
@@ -179,12 +312,18 @@ class Session:
     def section_lines(self, coll: Collective, dtype: DType) -> list[str]:
         o = self.opts
         hosts = len(self.ranks_per_host)
-        what = [f"backend {o.backend} ({self.lib.short_name})", f"{self.nranks} ranks on {hosts} host(s)",
+        transport = self.lib.short_name if o.backend == "mpi" else \
+            f"{self.torch_meta['backend']}, torch {self.torch_meta['version']}"
+        what = [f"backend {o.backend} ({transport})", f"{self.nranks} ranks on {hosts} host(s)",
                 f"dtype {dtype.name}"]
+        if self.device.kind == "cuda":
+            what.append(f"{o.buffer} buffers on {self.device.name}" + (" staged through the host" if self.staged else ""))
         if coll.reduces:
             what.append(f"op {o.op}")
         if coll.in_place_ok:
-            what.append("in-place" if o.in_place else "out-of-place")
+            forced = self.in_place_for(coll) and not o.in_place
+            what.append("in-place" + (" (the torch API has no out-of-place form)" if forced else "")
+                        if self.in_place_for(coll) else "out-of-place")
         if coll.rooted:
             what.append(f"root {o.root}")
         if coll.point_to_point:
@@ -222,7 +361,7 @@ class Session:
                                  "lines": self.section_lines(coll, dtype), "extra_columns": extra})
         skipped = []
         for size in o.sizes_for(coll.name):
-            plan = plan_size(coll, size, self.nranks, dtype, o.in_place)
+            plan = plan_size(coll, size, self.nranks, dtype, ctx.in_place)
             if plan is None:
                 skipped.append(size)
                 continue
@@ -261,12 +400,11 @@ class Session:
                 ctx = Context(rank=self.rank, nranks=self.nranks, window=o.window, peer=peer, initiator=initiator)
                 self.watchdog.arm(f"pairs {metric} round {number}/{len(schedule)} at {plan.size_bytes} B")
                 self._progress(f"pairs {metric} round {number}/{len(schedule)}")
-                pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, policy=o.huge_pages,
-                                          ack_count=1)
+                pool = self.make_pool(plan, dtype, 1, ack=True)
                 try:
-                    calls, backend, loop = self._build(coll, ctx, pool.slots)
+                    calls, backend, loop = self._build(coll, ctx, pool)
                     m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
-                                       lambda v: v, plan.size_bytes, timing=initiator)
+                                       lambda v: v, plan.size_bytes, timing=initiator, **self._copies(pool))
                 finally:
                     pool.close()
                 value = float(np.median(m.samples_us)) if initiator else None
@@ -320,13 +458,24 @@ class Session:
     def cache_passes(self) -> list[str]:
         return ["warm", "cold"] if self.opts.cache == "both" else [self.opts.cache]
 
-    def _build(self, coll: Collective, ctx: Context, slots):
-        """Calls for the slots on the session's loop; the Python loop where the C loop cannot take a size."""
+    def _build(self, coll: Collective, ctx: Context, pool):
+        """Calls for the pool's slots on the session's loop; the Python loop where the C loop cannot take a size.
+
+        Staged through the host (--stage-host), MPI moves the host slots and each call copies the device
+        data across before and after, inside the timing."""
+        if self.staged:
+            calls = [pool.staged(k, coll.build(self.python_backend, slot, ctx)) for k, slot in enumerate(pool.slots)]
+            return calls, self.python_backend, self.loop
         try:
-            return [coll.build(self.backend, slot, ctx) for slot in slots], self.backend, self.loop
+            return [coll.build(self.backend, slot, ctx) for slot in pool.device_slots], self.backend, self.loop
         except NativeUnavailable:  # element counts above the C loop's int: Python loop for this size
-            return [coll.build(self.python_backend, slot, ctx) for slot in slots], self.python_backend, \
+            return [coll.build(self.python_backend, slot, ctx) for slot in pool.device_slots], self.python_backend, \
                 engine.PythonLoop()
+
+    @staticmethod
+    def _copies(pool) -> dict:
+        """push/pull for engine.measure when the transport's buffers are not the host slots."""
+        return {"push": pool.push, "pull": pool.pull} if pool.copies else {}
 
     def measure_size(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan, requested: int,
                      timing: bool) -> list[dict]:
@@ -349,30 +498,31 @@ class Session:
             uses = (1 if first_call else 0) + warmup + (iters if o.time_budget is None else 10**9)
             pool_plan = plan_pool(plan.send_count * item, plan.recv_count * item, self.cache_bytes, uses,
                                   o.max_memory)
-        flush = CacheFlush(2 * self.cache_bytes) if (mode == "cold" or o.flush) else None
+        flush = self.make_flush() if (mode == "cold" or o.flush) else None
         settings = engine.LoopSettings(iterations=iters, warmup=warmup, check=o.check,
                                        sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget,
                                        first_call=first_call, flush_before=flush if mode == "cold" else None,
                                        flush_each=flush if o.flush else None)
-        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy,
-                                  nslots=pool_plan.slots if pool_plan else 1, policy=o.huge_pages,
-                                  ack_count=1 if coll.point_to_point else 0)
+        pool = self.make_pool(plan, dtype, pool_plan.slots if pool_plan else 1, ack=coll.point_to_point)
         try:
-            calls, backend, loop = self._build(coll, ctx, pool.slots)
+            calls, backend, loop = self._build(coll, ctx, pool)
             faults.test_hooks(coll.name, plan.size_bytes, self.rank)
             m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
                                lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
-                               plan.size_bytes, timing)
+                               plan.size_bytes, timing, **self._copies(pool))
             extra_first = []
             if first_call and o.first_call_samples > 1:
                 extra_first = engine.time_fresh_calls(
                     o.first_call_samples - 1, lambda: self._fresh_call(coll, ctx, dtype, plan), loop,
                     backend.barrier(), coll.per_iteration(ctx.window))
             huge = pool.huge_page_bytes()
-            slot_report(report_path(), {"rank": self.rank, "benchmark": coll.name, "size_bytes": plan.size_bytes,
-                                        "cache": mode, "slots": len(pool.slots),
-                                        "uses": (1 if first_call else 0) + m.warmup + m.iterations,
-                                        "touched": touched_slots(pool.slots, POISON)})
+            if report_path():
+                for k in range(len(pool.slots)):
+                    (pool.pull if pool.copies else (lambda k: None))(k)
+                slot_report(report_path(), {"rank": self.rank, "benchmark": coll.name, "size_bytes": plan.size_bytes,
+                                            "cache": mode, "slots": len(pool.slots),
+                                            "uses": (1 if first_call else 0) + m.warmup + m.iterations,
+                                            "touched": touched_slots(pool.slots, POISON)})
         finally:
             pool.close()
             if flush is not None:
@@ -403,7 +553,7 @@ class Session:
             "ranks": self.nranks,
             "dtype": dtype.name,
             "op": o.op if coll.reduces else None,
-            "in_place": o.in_place if coll.in_place_ok else None,
+            "in_place": ctx.in_place if coll.in_place_ok else None,
             "iterations": m.iterations,
             "warmup": m.warmup,
             "latency_us": latency,
@@ -414,6 +564,9 @@ class Session:
             "check": check,
             "first_call_us": first,
             "loop": loop.kind,
+            "timer": getattr(loop, "timer", "host"),
+            "device": self.device.kind,
+            "buffer": o.buffer,
             "cache": mode,
             "cache_bytes": self.cache_bytes if (mode == "cold" or o.flush) else None,
             "pool_bytes": pool_plan.pool_bytes if pool_plan else plan.send_count * item + plan.recv_count * item,
@@ -428,6 +581,12 @@ class Session:
         }
         if plan.size_bytes != requested:
             result["requested_bytes"] = requested
+        if o.backend == "torch":
+            result["torch_backend"] = self.torch_meta["backend"]
+        if self.staged:
+            result["staged"] = True
+        if getattr(loop, "graph_iterations", None):
+            result["cuda_graph"] = {"iterations_per_replay": loop.graph_iterations, "replays": loop.replays}
         if coll.rooted:
             result["root"] = o.root
         if coll.point_to_point:
@@ -440,10 +599,10 @@ class Session:
 
     def _fresh_call(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan):
         """One call bound to a newly mapped, written, never-used buffer set; and its release function."""
-        pool = buffers.BufferPool(plan.send_count, plan.recv_count, dtype.numpy, nslots=1, policy=self.opts.huge_pages,
-                                  ack_count=1 if coll.point_to_point else 0)
+        pool = self.make_pool(plan, dtype, 1, ack=coll.point_to_point)
         coll.fill(pool.slots[0], ctx, 0)
-        calls, _, _ = self._build(coll, ctx, pool.slots)
+        pool.push(0)
+        calls, _, _ = self._build(coll, ctx, pool)
         return calls, pool.close
 
     def _first_call(self, values: list[float] | None) -> dict | None:

@@ -179,13 +179,13 @@ class MPIBackend:
         self.ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
     def mpi_type(self, arr):
-        return self.MPI._typedict[arr.dtype.char]
+        return self.MPI._typedict[_numpy_dtype(arr).char]
 
     def _spec(self, arr, count: int | None = None):
-        """mpi4py buffer spec; None for a buffer this rank does not have; IN_PLACE stays IN_PLACE."""
+        """mpi4py buffer spec; None for a buffer this rank does not have (numpy, cupy or torch CUDA arrays)."""
         if arr is None:
             return None
-        return [arr, arr.size if count is None else count, self.mpi_type(arr)]
+        return [arr, _elements(arr) if count is None else count, self.mpi_type(arr)]
 
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this MPI cannot run the dtype (None when it can), probed with a 1-element call."""
@@ -207,11 +207,15 @@ class MPIBackend:
         return functools.partial(self.comm.Allreduce, s, self._spec(recv), self.ops[op])
 
     def reduce(self, send, recv, op, root):
+        if send is None:  # in place: one buffer; the root passes MPI_IN_PLACE, the others send from it
+            if self.rank == root:
+                return functools.partial(self.comm.Reduce, self.MPI.IN_PLACE, self._spec(recv), self.ops[op], root)
+            return functools.partial(self.comm.Reduce, self._spec(recv), None, self.ops[op], root)
         r = self._spec(recv) if self.rank == root else None
         return functools.partial(self.comm.Reduce, self._spec(send), r, self.ops[op], root)
 
     def allgather(self, send, recv):
-        block = recv.size // self.size
+        block = _elements(recv) // self.size
         s = self.MPI.IN_PLACE if send is None else self._spec(send)
         return functools.partial(self.comm.Allgather, s, self._spec(recv, block))
 
@@ -219,16 +223,16 @@ class MPIBackend:
         if send is None:
             # In place: the whole input sits in recv; each rank's result lands in its first block.
             return functools.partial(self.comm.Reduce_scatter_block, self.MPI.IN_PLACE,
-                                     self._spec(recv, recv.size // self.size), self.ops[op])
+                                     self._spec(recv, _elements(recv) // self.size), self.ops[op])
         # mpi4py reads an explicit count in a reduce_scatter_block spec as the per-rank block
-        return functools.partial(self.comm.Reduce_scatter_block, self._spec(send, recv.size), self._spec(recv),
+        return functools.partial(self.comm.Reduce_scatter_block, self._spec(send, _elements(recv)), self._spec(recv),
                                  self.ops[op])
 
     def broadcast(self, buf, root):
         return functools.partial(self.comm.Bcast, self._spec(buf), root)
 
     def alltoall(self, send, recv):
-        block = send.size // self.size
+        block = _elements(send) // self.size
         return functools.partial(self.comm.Alltoall, self._spec(send, block), self._spec(recv, block))
 
     # Point to point ------------------------------------------------------------------------
@@ -286,36 +290,57 @@ class NativeMPIBackend(MPIBackend):
         return NativeCall(kind, self.comm, self.mpi_type(arr_for_type), MPI=self.MPI, **kw)
 
     def allreduce(self, send, recv, op):
-        return self._call("allreduce", recv, op=self.ops[op], send=send, recv=recv, count=recv.size)
+        return self._call("allreduce", recv, op=self.ops[op], send=send, recv=recv, count=_elements(recv))
 
     def reduce(self, send, recv, op, root):
+        if send is None:  # in place: the root passes MPI_IN_PLACE (a NULL send), the others send their buffer
+            if self.rank == root:
+                return self._call("reduce", recv, op=self.ops[op], send=None, recv=recv, count=_elements(recv), root=root)
+            return self._call("reduce", recv, op=self.ops[op], send=recv, recv=None, count=_elements(recv), root=root)
         return self._call("reduce", send, op=self.ops[op], send=send, recv=recv if self.rank == root else None,
-                          count=send.size, root=root)
+                          count=_elements(send), root=root)
 
     def allgather(self, send, recv):
-        return self._call("allgather", recv, send=send, recv=recv, count=recv.size // self.size)
+        return self._call("allgather", recv, send=send, recv=recv, count=_elements(recv) // self.size)
 
     def reduce_scatter(self, send, recv, op):
-        block = recv.size // self.size if send is None else recv.size
+        block = _elements(recv) // self.size if send is None else _elements(recv)
         return self._call("reduce_scatter", recv, op=self.ops[op], send=send, recv=recv, count=block)
 
     def broadcast(self, buf, root):
-        return self._call("bcast", buf, send=buf, count=buf.size, root=root)
+        return self._call("bcast", buf, send=buf, count=_elements(buf), root=root)
 
     def alltoall(self, send, recv):
-        return self._call("alltoall", send, send=send, recv=recv, count=send.size // self.size)
+        return self._call("alltoall", send, send=send, recv=recv, count=_elements(send) // self.size)
 
     def pingpong(self, send, recv, peer, initiator):
         if peer is None:
             return self._call("nothing", send)
-        return self._call("pingpong", send, send=send, recv=recv, count=send.size, peer=peer, initiator=initiator)
+        return self._call("pingpong", send, send=send, recv=recv, count=_elements(send), peer=peer, initiator=initiator)
 
     def stream(self, send, recv, ack, peer, sender, window, bidirectional):
         if peer is None:
             return self._call("nothing", send)
         return self._call("bistream" if bidirectional else "stream", send, send=send, recv=recv, ack=ack,
-                          count=send.size, peer=peer, initiator=sender, window=window)
+                          count=_elements(send), peer=peer, initiator=sender, window=window)
 
 
 def _nothing() -> None:
     return None
+
+
+def _numpy_dtype(arr) -> np.dtype:
+    """The numpy dtype of a numpy/cupy array or a torch tensor."""
+    dtype = arr.dtype
+    if isinstance(dtype, np.dtype):
+        return dtype
+    try:
+        return np.dtype(dtype)  # cupy dtypes are numpy dtypes already; this covers other array types
+    except TypeError:
+        import torch
+
+        return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def _elements(arr) -> int:
+    return int(arr.numel()) if hasattr(arr, "numel") else int(arr.size)

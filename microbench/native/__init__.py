@@ -151,12 +151,12 @@ class NativeCall:
                  peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None):
         if count > 2**31 - 1:
             raise NativeUnavailable("element count above 2^31-1")
+        from microbench.device import address_of
+
         self.keep = (comm, dtype, op, send, recv, ack)
         self.struct = MbCall(
             KINDS[kind], count, peer, root, int(initiator), window,
-            send.ctypes.data if send is not None else None,
-            recv.ctypes.data if recv is not None else None,
-            ack.ctypes.data if ack is not None else None,
+            address_of(send) or None, address_of(recv) or None, address_of(ack) or None,
             MPI._addressof(comm), MPI._addressof(dtype), MPI._addressof(op) if op is not None else None,
         )
 

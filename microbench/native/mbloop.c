@@ -81,7 +81,7 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
     case MB_BCAST:
         return MPI_Bcast(c->sbuf, c->count, dt, c->root, comm);
     case MB_REDUCE:
-        return MPI_Reduce(c->sbuf, c->rbuf, c->count, dt, op, c->root, comm);
+        return MPI_Reduce(s, c->rbuf, c->count, dt, op, c->root, comm);
     case MB_ALLTOALL:
         return MPI_Alltoall(c->sbuf, c->count, dt, c->rbuf, c->count, dt, comm);
     case MB_PINGPONG:

@@ -1,0 +1,127 @@
+"""torch.distributed: gloo at 2 and 4 ranks under torchrun and under mpiexec, every benchmark, --check."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from conftest import microbench, mpiexec, read_jsonl, results_of, run_process
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'microbench[torch]')")
+
+ALL = ["allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw", "reduce", "alltoall", "bibw"]
+HAS_CUDA = torch.cuda.is_available()
+
+
+def torchrun(nranks: int, *args: str, timeout: float = 240):
+    exe = shutil.which("torchrun")
+    assert exe, "torchrun is installed with torch"
+    return run_process([exe, f"--nproc-per-node={nranks}", "--no-python", "microbench", *args], timeout=timeout)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_gloo_every_benchmark_checked(launcher, nranks, tmp_path):
+    out = tmp_path / "r.jsonl"
+    args = ["run", "--backend", "torch", *ALL, "-m", "8,1K", "-i", "5", "-x", "1", "--check", "--out", str(out)]
+    proc = torchrun(nranks, *args) if launcher == "torchrun" else mpiexec(nranks, *args, timeout=240)
+    assert proc.returncode == 0, proc.output
+    run = read_jsonl(out)[0]
+    assert run["backend"] == "torch" and run["torch"]["backend"] == "gloo" and run["ranks"] == nranks
+    assert (run["launcher"] == "torchrun") == (launcher == "torchrun")
+    assert run["torch"]["version"] == torch.__version__
+    res = results_of(out)
+    assert sorted({r["benchmark"] for r in res}) == sorted(ALL)
+    assert all(r["check"] == "pass" and r["torch_backend"] == "gloo" and r["loop"] == "python" for r in res)
+    # torch's all_reduce and reduce have no out-of-place form: recorded as in place
+    assert all(r["in_place"] is True for r in res if r["benchmark"] in ("allreduce", "reduce"))
+    assert all(r["in_place"] is False for r in res if r["benchmark"] in ("allgather", "reduce_scatter"))
+
+
+@pytest.mark.parametrize("bench", ["allgather", "reduce_scatter"])
+def test_gloo_in_place_follows_nccl_block_convention(bench, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "--backend", "torch", bench, "--in-place", "-m", "64,1K", "-i", "5", "-c",
+                      "--out", str(out), timeout=180)
+    assert proc.returncode == 0, proc.output
+    assert all(r["in_place"] is True and r["check"] == "pass" for r in results_of(out))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int8"])
+def test_gloo_reduction_dtypes(dtype, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "--backend", "torch", "allreduce", "reduce_scatter", "--dtype", dtype,
+                      "-m", "16,256", "-i", "5", "-c", "--out", str(out), timeout=180)
+    assert proc.returncode == 0, proc.output
+    assert all(r["dtype"] == dtype and r["check"] == "pass" for r in results_of(out))
+
+
+def test_torch_corruption_is_caught(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "--backend", "torch", "allgather", "-m", "64,128", "-i", "3", "-c",
+                      "--out", str(out), env={"MICROBENCH_TEST_CORRUPT": "1:allgather:128"}, timeout=180)
+    assert proc.returncode == 1
+    assert {r["size_bytes"]: r["check"] for r in results_of(out)} == {64: "pass", 128: "fail"}
+
+
+def test_missing_backend_and_device_are_refused_clearly():
+    if not torch.distributed.is_nccl_available():
+        proc = microbench("run", "--np", "2", "--backend", "torch", "--torch-backend", "nccl", "--device", "cuda",
+                          "-m", "8")
+        assert proc.returncode != 0 and "no nccl backend" in proc.stderr
+        assert proc.stderr.count("microbench: error:") == 1
+    if not HAS_CUDA:
+        proc = microbench("run", "--np", "2", "--backend", "torch", "--torch-backend", "gloo", "--device", "cuda",
+                          "-m", "8")
+        assert proc.returncode == 1 and "no CUDA device" in proc.stderr
+    proc = microbench("run", "--np", "2", "--cuda-graph", "-m", "8")
+    assert proc.returncode == 2 and "--cuda-graph" in proc.stderr
+
+
+def test_mpi_backend_under_torchrun_is_refused():
+    proc = torchrun(2, "run", "allreduce", "-m", "8")
+    assert proc.returncode != 0
+    assert "needs an MPI launcher" in proc.output
+
+
+# ----------------------------------------------------------------------------- GPU (skip without one)
+gpu = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (torch.cuda.is_available() is False)")
+
+
+@gpu
+def test_single_rank_nccl_with_cuda_events_and_graph(tmp_path):
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    for extra in ([], ["--cuda-graph"]):
+        out = tmp_path / f"r{len(extra)}.jsonl"
+        proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "allreduce", "broadcast", "-m", "8,1M",
+                        "-i", "200", "-c", *extra, "--out", str(out))
+        assert proc.returncode == 0, proc.output
+        res = results_of(out)
+        assert all(r["device"] == "cuda" and r["torch_backend"] == "nccl" and r["check"] == "pass" for r in res)
+        assert all(r["timer"] == ("cuda_graph" if extra else "cuda_events") for r in res)
+        assert read_jsonl(out)[0]["torch"]["nccl_version"]
+
+
+@gpu
+@pytest.mark.parametrize("buffer", ["torch", "cupy"])
+def test_mpi_device_buffers_staged_or_cuda_aware(buffer, tmp_path):
+    if buffer == "cupy":
+        pytest.importorskip("cupy")
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "1", "--device", "cuda", "--buffer", buffer, "--stage-host", "allreduce",
+                      "broadcast", "-m", "8,1M", "-i", "20", "-c", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    assert all(r["check"] == "pass" and r["device"] == "cuda" for r in results_of(out))
+
+
+@gpu
+def test_gpu_cold_cache_uses_the_l2(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "--torch-backend", "gloo", "allreduce",
+                    "-m", "1M", "-i", "20", "--cache", "cold", "-c", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    r = results_of(out)[0]
+    assert r["cache_bytes"] == torch.cuda.get_device_properties(0).L2_cache_size
