@@ -50,3 +50,35 @@ def test_srun_bad_input_ends_every_task(cluster, srun_mpi):
                         "allreduce", "-m", "1M:1K"], env=cluster.env, timeout=120)
     assert proc.returncode != 0
     assert proc.stderr.count("microbench: error:") == 1
+
+
+def test_acceptance_sbatch_campaign(cluster, srun_mpi, tmp_path):
+    from conftest import REPO
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[rule]]\nbenchmark = ["allreduce", "latency"]\nrequire_check = true\n'
+                    '[[rule]]\nbenchmark = "latency"\nsizes = "8"\nmax_latency_us = 100000\n')
+    out = tmp_path / "campaign"
+    env = {**cluster.env, "MB_OUT": str(out), "MB_SIZES": "8:1K", "MB_ITERS": "10", "MB_REPEATS": "1",
+           "MB_SPEC": str(spec), "MB_SRUN_MPI": srun_mpi, "MB_PYTHON": sys.executable}
+    log = tmp_path / "job.out"
+    proc = run_process(["sbatch", "--parsable", "-N", "1", "-n", "2", "--ntasks-per-node=2", f"--chdir={REPO}", f"--output={log}",
+                        str(REPO / "scripts" / "launch" / "acceptance.sbatch")], env=env, timeout=60)
+    assert proc.returncode == 0, proc.output
+    job = proc.stdout.strip().split(";")[0]
+    cluster.wait_job(job, timeout=600)
+    text = log.read_text()
+    assert "check exit 0" in text, text[-3000:] + cluster.log_tail()
+    mpi = read_jsonl(out / "mpi.jsonl")
+    assert mpi[0]["slurm"]["job_id"] == job and mpi[-1]["status"] == "complete"
+    assert {r["benchmark"] for r in mpi if r["type"] == "result"} >= {"allreduce", "latency", "bw", "bibw"}
+    pairs = [r for r in read_jsonl(out / "pairs.jsonl") if r["type"] == "result"]
+    assert [r["metric"] for r in pairs] == ["latency", "bandwidth"]
+    assert any((out / "plots").glob("allreduce.png")) and any((out / "plots").glob("pairs-latency-*.png"))
+    assert (out / "junit.xml").read_text().startswith("<?xml")
+    try:
+        import torch  # noqa: F401
+        torch_recs = read_jsonl(out / "torch.jsonl")
+        assert torch_recs[0]["torch"]["backend"] == "gloo" and torch_recs[-1]["status"] == "complete"
+    except ImportError:
+        assert not (out / "torch.jsonl").exists()
