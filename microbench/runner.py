@@ -60,6 +60,7 @@ def run(args, argv: list[str]) -> int:
         raise
     finally:
         session.finish(status, reason)
+    world.close()
     if failed:
         if session.rank == 0:
             print(f"microbench: check FAILED: {', '.join(failed)}", file=sys.stderr, flush=True)

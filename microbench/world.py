@@ -36,6 +36,18 @@ class World:
     def bcast(self) -> Callable:
         return self.reducer.bcast
 
+    def close(self) -> None:
+        """Collective, at the end of a run: leave torch.distributed cleanly when it was joined.
+
+        A process group left for interpreter exit to tear down can abort the process from a C++ thread
+        ("terminate called without an active exception") after every result is written."""
+        import sys
+
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
 
 def init_world(timeout_s: float = 600.0) -> World:
     """Initialise the job and the control plane; collective, the first thing every rank does."""
