@@ -22,11 +22,16 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def srun_mpi():
+def srun_mpi(cluster):
     """The PMI flavour srun must offer this MPI: pmix for Open MPI, pmi2 for MPICH."""
     from microbench.backends.mpi import import_mpi, library
 
-    return "pmix" if library(import_mpi(initialize=False)).abi == "openmpi" else "pmi2"
+    flavour = "pmix" if library(import_mpi(initialize=False)).abi == "openmpi" else "pmi2"
+    listed = run_process(["srun", "--mpi=list"], env=cluster.env, timeout=30).output
+    if flavour not in listed or "can not load" in listed:
+        pytest.skip(f"this Slurm cannot start {flavour} tasks (srun --mpi=list: {listed.strip()!r}); "
+                    f"for pmix: apt-get install libpmix-dev")
+    return flavour
 
 
 def test_srun_two_tasks_records_the_job(cluster, srun_mpi, tmp_path):
