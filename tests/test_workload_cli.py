@@ -66,6 +66,28 @@ def test_sequence_sweep(capsys):
     assert code == 0 and "send x2" in out and "(flat = x1, linear in s = x2)" in out
 
 
+def test_sequence_sweep_by_parallel_dimension(capsys):
+    doc = workload_json(capsys, "--model", "19M", "--scheme", "3d", "--tp", "2", "--pp", "2", "--dp", "2",
+                        "--seq", "512,1024")
+    # s = 512, b = 4, bf16: A = 4*512*512*2 = 2,097,152 B. tp: 3 layers per stage -> 6 forward, 6 backward,
+    # 6 recompute allreduces, embedding and lm_head: 20 allreduces moving 2A/2 each; loss 3 x 8,192 B fp32 moving
+    # 8,192 each: 41,967,616. pp: one send forward and one backward: 2A = 4,194,304.
+    # dp: the first stage's tensor rank holds 25,152*512 + 512*512 + 3*(12*512^2/2 + 8*512) = 17,870,848
+    # elements, allreduced over 2: 2 * 17,870,848 * 1/2 * 2 B = 35,741,696.
+    first, second = (p["by_dimension"] for p in doc["sweep"])
+    assert first == {"tp": 41_967_616, "pp": 4_194_304, "dp": 35_741_696}
+    # at s = 1024 activations double; the position embedding adds 512*512 parameters to the dp volume
+    assert second == {"tp": 2 * 41_967_616, "pp": 2 * 4_194_304, "dp": 35_741_696 + 2 * 262_144}
+    code, out, _ = workload(capsys, "--model", "19M", "--scheme", "3d", "--tp", "2", "--pp", "2", "--dp", "2",
+                            "--seq", "512,1024")
+    assert code == 0 and "by parallel dimension: dp x1.01, tp x2, pp x2" in out
+
+
+def test_custom_sizes_are_not_replaced_by_defaults(capsys):
+    code, _, err = workload(capsys, "--model", "19M", "--vocab", "0", "--scheme", "ddp", "--dp", "2")
+    assert code == 2 and "--vocab must be a positive whole number, not 0" in err
+
+
 def test_trace_through_the_cli(capsys):
     doc = workload_json(capsys, "--trace", str(FIXTURES / "nccl_coll.log"), "--trace-iterations", "2")
     assert doc["trace"]["format"] == "nccl" and doc["trace"]["unreadable"] == 2 and doc["trace"]["processes"] == 2
@@ -108,6 +130,21 @@ def test_weighting_compute_and_figure(capsys, tmp_path):
     assert doc["compute"]["communication_s"] == pytest.approx(wt["time_per_iteration_us"] * 1e-6)
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert any("achieved FLOP/s" in a for a in doc["assumptions"])
+
+
+def test_compute_counts_one_device_of_a_pipeline(capsys, tmp_path):
+    runs = tmp_path / "run.jsonl"
+    synthetic_run(runs)
+    doc = workload_json(capsys, "--model", "19M", "--scheme", "pp", "--pp", "2", "--microbatches", "4",
+                        "--results", str(runs), "--tflops", "100")
+    wt = doc["weighting"]
+    sends = [r for r in wt["messages"] if r["collective"] == "send"]
+    # 1 boundary x 4 microbatches, forward and backward: 8 sends of b*s*h, summed over the 2 stages
+    assert sum(r["count"] for r in sends) == 8
+    assert wt["time_per_iteration_us"] == pytest.approx(8 * sends[0]["latency_us"])
+    # one device's share is half of the pipeline's send time; compute is 6 * P * 4 microbatches * 8192 tokens / 2
+    assert doc["compute"]["communication_s"] == pytest.approx(wt["time_per_iteration_us"] / 2 * 1e-6)
+    assert doc["compute"]["compute_s"] == pytest.approx(6 * 71_459_840 * 8192 * 4 / 2 / 100e12)
 
 
 def test_weighting_table(capsys, tmp_path):

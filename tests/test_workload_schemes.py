@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 
 from microbench.errors import UsageError
-from microbench.workload.buckets import close_when_reached, flush_before_overflow, take_tensors
+from microbench.workload.buckets import close_when_reached, flush_before_overflow
 from microbench.workload.distribution import SCHEMES, Workload
 from microbench.workload.messages import Message, total_wire
 from microbench.workload.model import Model, preset
@@ -24,8 +24,6 @@ def test_packing_rules():
     assert close_when_reached([5, 5, 5, 20, 1, 1], [8, 10]) == [[0, 1], [2, 3], [4, 5]]
     # DeepSpeed: send the bucket before a tensor would overflow it; an oversized tensor travels alone
     assert flush_before_overflow([5, 5, 5, 20, 1], 10) == [[0, 1], [2], [3], [4]]
-    # take_tensors: close when size + the last tensor's size reaches the limit (3+3+3 -> 9+3 >= 10)
-    assert take_tensors([3, 3, 3, 6], 10) == [[0, 1, 2], [3]]
 
 
 WORKLOADS = {
@@ -61,6 +59,20 @@ def test_ddp_buckets_of_19M_by_hand():
     assert all(m.collective == "allreduce" and m.count == 1 and m.group_size == 8 for m in of(dist, "gradients"))
     assert dist.volume_elements == Fraction(2 * P19 * 7, 8)
     assert sum(m.bytes for m in of(dist, "setup")) == 2 * P19  # one 250 MiB group holds the whole 19M model
+
+
+def test_ddp_setup_broadcast_groups_of_1_3B_by_hand():
+    dist = build(Workload(preset("1.3B"), "ddp", dp=8))
+    # c10d broadcast_coalesced closes a group once it holds 250 MiB = 262,144,000 B, in forward order (bf16):
+    # word 206,045,184 + position 8,388,608 + layer 0 up to its MLP-in matrix (8,192 + 25,165,824 + 4,096 +
+    # 8,388,608 + 4,096 + 8,192 + 33,554,432) = 281,567,232. Then the rest of layer 0 (33,562,624), layers 1-2
+    # (2 x 100,696,064) and layer 3 up to its attention-out matrix (8,192 + 25,165,824 + 4,096 + 8,388,608)
+    # = 268,521,472. (PyTorch's take_tensors rule would have closed the first group after the word embedding.)
+    setup = of(dist, "setup")
+    assert all(m.collective == "broadcast" for m in setup)
+    sizes = {m.bytes for m in setup}
+    assert 281_567_232 in sizes and 268_521_472 in sizes and 206_045_184 not in sizes
+    assert sum(m.bytes * m.count for m in setup) == 2 * 1_418_596_352
 
 
 def test_zero1_reduces_each_owner_slice_and_allgathers_the_partition():

@@ -128,6 +128,24 @@ def test_missing_file_and_empty_trace(tmp_path):
         read_trace(str(path), "nccl")
 
 
+def test_zero_size_calls_are_left_out(tmp_path):
+    path = tmp_path / "t.log"
+    line = "h:1:1 [0] NCCL INFO AllReduce: opCount {} sendbuff 0x1 recvbuff 0x1 count {} datatype 7 op 0 root 0 " \
+           "comm 0x2 [nranks=4] stream 0x3\n"
+    path.write_text(line.format(0, 0) + line.format(1, 256) + "some application output\n")
+    report = read_trace(str(path))
+    assert trace_messages(report) == {("allreduce", 1024, 4): 1}
+    assert report.skipped == {"zero-size call (moves no data)": 1, "not a collective line": 1}
+    assert report.unreadable == 0
+
+
+def test_empty_trace_file(tmp_path):
+    path = tmp_path / "t.log"
+    path.write_text("\n")
+    with pytest.raises(UsageError, match="is empty"):
+        read_trace(str(path))
+
+
 def test_messages_are_message_objects():
     report = read_trace(str(FIXTURES / "param_basic.json"))
     assert Message("allreduce", 4096, 2, 8, "trace") in report.messages()

@@ -1,4 +1,4 @@
-"""How frameworks pack tensors into one communication call: three packing rules, as the frameworks code them.
+"""How frameworks pack tensors into one communication call: two packing rules, as the frameworks code them.
 
 Each function takes tensor sizes in order (bytes or elements, as the rule counts them) and returns the
 buckets as lists of indices into that order. No rule ever splits a tensor.
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 
 def close_when_reached(sizes: list[int], limits: list[int]) -> list[list[int]]:
-    """PyTorch DDP's compute_bucket_assignment_by_size and Megatron-LM's grad buffer.
+    """PyTorch DDP's compute_bucket_assignment_by_size (gradient buckets, and c10d's broadcast_coalesced of
+    the module state at construction) and Megatron-LM's grad buffer.
 
     Tensors join the open bucket in order; the bucket closes as soon as it holds at least its limit.
     Limits are used in turn and the last one repeats (DDP: 1 MiB for the first bucket, then 25 MiB).
@@ -46,19 +47,3 @@ def flush_before_overflow(sizes: list[int], cap: int) -> list[list[int]]:
         buckets.append(current)
     return buckets
 
-
-def take_tensors(sizes: list[int], limit: int) -> list[list[int]]:
-    """PyTorch's take_tensors, which _broadcast_coalesced uses: after adding a tensor, the group closes
-    when its size plus that tensor's size reaches ``limit`` (the library's own test, kept as it is)."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    held = 0
-    for i, size in enumerate(sizes):
-        current.append(i)
-        held += size
-        if held + size >= limit:
-            groups.append(current)
-            current, held = [], 0
-    if current:
-        groups.append(current)
-    return groups

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from fractions import Fraction
 
 from microbench.errors import UsageError
 from microbench.workload import report
 from microbench.workload.benchmarks import MAPPING_RULE
 from microbench.workload.compute import RULE as COMPUTE_RULE
-from microbench.workload.compute import compute_vs_communication
-from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload
+from microbench.workload.compute import compute_vs_communication, per_device_communication_us
+from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload, parallel_dimension
 from microbench.workload.messages import WIRE_RULES, total_wire
-from microbench.workload.model import PRESETS, Model, preset
+from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS, Model, preset
 from microbench.workload.schemes import build
 from microbench.workload.traces import FORMATS, read_trace
 
@@ -90,8 +91,9 @@ def _model(args) -> Model | None:
             raise UsageError("give --model or --hidden --layers --heads, not both")
         return preset(args.model, seq, args.vocab)
     if all(v is not None for v in dims.values()):
-        return Model(dims["hidden"], dims["layers"], dims["heads"], seq or 2048, args.vocab or 50304)
-    if any(v is not None for v in dims.values()) or args.seq or args.vocab:
+        return Model(dims["hidden"], dims["layers"], dims["heads"], DEFAULT_SEQ if seq is None else seq,
+                     DEFAULT_VOCAB if args.vocab is None else args.vocab)
+    if any(v is not None for v in dims.values()) or args.seq or args.vocab is not None:
         raise UsageError("a custom model needs all of --hidden --layers --heads")
     return None
 
@@ -144,12 +146,17 @@ def _sweep(args, model: Model) -> int:
     points = []
     for s in args.seq:
         dist = build(_workload(args, Model(model.hidden, model.layers, model.heads, s, model.vocab, model.name)))
-        by_collective: dict[str, int | float] = {}
+        by_collective: dict[str, Fraction] = {}
+        by_dimension: dict[str, Fraction] = {}
         for m in dist.messages:
             if m.phase != "setup":
-                by_collective[m.collective] = by_collective.get(m.collective, 0) + total_wire([m])
+                wire = total_wire([m])
+                by_collective[m.collective] = by_collective.get(m.collective, 0) + wire
+                dim = parallel_dimension(m, dist.workload.scheme)
+                by_dimension[dim] = by_dimension.get(dim, 0) + wire
         points.append({**_distribution_json(dist), "seq": s,
-                       "by_collective": {k: report.number(v) for k, v in by_collective.items()}})
+                       "by_collective": {k: report.number(v) for k, v in by_collective.items()},
+                       "by_dimension": {k: report.number(v) for k, v in by_dimension.items()}})
     if args.json:
         print(json.dumps({"sweep": points}, indent=1))
     else:
@@ -193,7 +200,9 @@ def _cost(args, messages, workload: Workload | None, assumptions: list[str], out
     assumptions += [MAPPING_RULE, weighting["method"]]
     lines += report.weighting_lines(weighting, ", ".join(args.results))
     if args.tflops:
-        out["compute"] = compute_vs_communication(workload, weighting["time_per_iteration_us"], args.tflops)
+        comm_us = (weighting["time_per_iteration_us"] if args.trace  # a trace's counts are per process already
+                   else per_device_communication_us(weighting, workload))
+        out["compute"] = compute_vs_communication(workload, comm_us, args.tflops)
         assumptions.append(COMPUTE_RULE)
         lines += report.compute_lines(out["compute"])
     if args.figure:

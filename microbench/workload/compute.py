@@ -10,12 +10,26 @@ from __future__ import annotations
 from microbench.workload.distribution import Workload
 
 RULE = ("compute time = 6 * params * tokens per device / achieved FLOP/s, tokens per device = b*s*microbatches/(t*p) "
-        "(forward and backward; activation recomputation not counted); communication share without overlap = "
-        "comm/(comm+compute), with perfect overlap = max(0, comm-compute)/max(comm, compute)")
+        "(forward and backward; activation recomputation not counted); communication is one device's: a modelled "
+        "workload's pipeline send/recv counts sum the p stages (Eq. 4), so their time is divided by p (the mean "
+        "stage); communication share without overlap = comm/(comm+compute), with perfect overlap = "
+        "max(0, comm-compute)/max(comm, compute)")
+
+
+def per_device_communication_us(weighting: dict, w: Workload) -> float:
+    """Predicted communication time (us) of one device per iteration of a modelled workload.
+
+    Every modelled message is counted per rank except pipeline send/recv, whose counts are summed over the p
+    stages as Eq. 4 sums its volume: their predicted time is divided by p.
+    """
+    pipeline = sum(r["time_us"] for r in weighting["messages"]
+                   if r["collective"] in ("send", "recv") and r["phase"] != "setup")
+    return weighting["time_per_iteration_us"] - pipeline * (1 - 1 / w.pp)
 
 
 def compute_vs_communication(w: Workload, comm_us: float, tflops: float) -> dict:
-    """Compute and communication seconds per iteration and communication's share of the iteration."""
+    """Compute and communication seconds per iteration of one device (``comm_us`` in microseconds, ``tflops``
+    in achieved TFLOP/s per device) and communication's share of the iteration."""
     tokens = w.micro_batch * w.model.seq * w.microbatches
     flops = 6 * w.params * tokens / (w.tp * w.pp)
     compute_s = flops / (tflops * 1e12)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from microbench.workload.buckets import close_when_reached, flush_before_overflow, take_tensors
+from microbench.workload.buckets import close_when_reached, flush_before_overflow
 from microbench.workload.distribution import (Departure, Distribution, Workload, ceil_div,
                                               per_parameter_broadcasts)
 from microbench.workload.messages import Message, total_wire
@@ -45,14 +45,15 @@ def ddp(w: Workload) -> Distribution:
     messages = [Message("allreduce", sum(ready[i] for i in b), 1, d, "gradients") for b in buckets]
     forward = [t.numel * e for t in tensors]
     messages += [Message("broadcast", sum(forward[i] for i in g), 1, d, "setup")
-                 for g in take_tensors(forward, DDP_BROADCAST_BUCKET_BYTES)]
+                 for g in close_when_reached(forward, [DDP_BROADCAST_BUCKET_BYTES])]
     assumptions = [
         "PyTorch DDP after its first iteration (buckets rebuilt in the order gradients became ready, "
         "here the reverse of the forward order): a bucket closes once it holds at least its cap, the first "
         "at 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest at bucket_cap_mb = 25 MiB; tensors are never "
         "split, so a bucket can exceed its cap; one allreduce per bucket per iteration (no gradient accumulation)",
-        "setup: DDP's constructor broadcasts the module state from rank 0 with _broadcast_coalesced in "
-        "250 MiB groups (PyTorch's take_tensors rule)",
+        "setup: DDP's constructor broadcasts the module state from rank 0 with c10d's broadcast_coalesced, "
+        "in forward order in groups of 250 MiB (broadcast_bucket_size) that close once they reach it "
+        "(compute_bucket_assignment_by_size, as the gradient buckets)",
     ]
     return _eq2(w, "DDP", assumptions, messages)
 
@@ -82,8 +83,11 @@ def _zero12(w: Workload, stage: int) -> Distribution:
     order_text = "in parameter order after backward" if stage == 1 else "as gradients become ready in backward"
     assumptions = [
         f"DeepSpeed ZeRO-{stage}: gradients are gathered {order_text} into buckets of reduce_bucket_size = 5e8 "
-        "elements (a tensor that would overflow the bucket first sends it); with reduce_scatter=True each "
-        "bucket is reduced as one reduce per rank that owns part of it, to that rank (average_tensor)",
+        "elements (a tensor that would overflow the bucket first sends it); with reduce_scatter=True and "
+        "use_multi_rank_bucket_allreduce=False each bucket is reduced as one reduce per rank that owns part of "
+        "it, to that rank (average_tensor), which moves Eq. 2's volume; DeepSpeed's default since late 2023 "
+        "(use_multi_rank_bucket_allreduce=True, PR #4695) instead allreduces each whole bucket, one allreduce "
+        "of the bucket's size, moving params * (d-1)/d elements more than Eq. 2 (not modelled here)",
         "optimizer: with a torch that has all_gather_into_tensor, the updated parameters come back in one "
         "allgather per parameter group of each rank's partition (allgather_bucket_size only matters on older "
         "torch); one parameter group is modelled (real runs often have two, with and without weight decay)",

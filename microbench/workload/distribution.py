@@ -117,6 +117,17 @@ class Distribution:
         }
 
 
+def parallel_dimension(message: Message, scheme: str) -> str:
+    """The parallel dimension a modelled message belongs to: "dp" (data), "tp" (tensor) or "pp" (pipeline).
+
+    Data-parallel schemes only have "dp"; the Megatron-LM builder puts its data-parallel gradient reduction
+    (and its setup broadcast) in the ``gradients`` and ``setup`` phases and its pipeline traffic in send/recv.
+    """
+    if scheme in DATA_PARALLEL_SCHEMES or message.phase in ("gradients", "setup"):
+        return "dp"
+    return "pp" if message.collective in ("send", "recv") else "tp"
+
+
 def per_parameter_broadcasts(sizes: list[int], element_bytes: int, group: int) -> list[Message]:
     """Start-of-training broadcast of every parameter from rank 0, one call each (DeepSpeed, Megatron-LM)."""
     return [Message("broadcast", n * element_bytes, 1, group, "setup") for n in sizes]

@@ -51,7 +51,8 @@ def preset(name: str, seq: int | None = None, vocab: int | None = None) -> Model
     if name not in PRESETS:
         raise UsageError(f"unknown model {name!r}: choose from {', '.join(PRESETS)} or give --hidden --layers --heads")
     layers, hidden, heads = PRESETS[name]
-    return Model(hidden, layers, heads, seq or DEFAULT_SEQ, vocab or DEFAULT_VOCAB, name)
+    return Model(hidden, layers, heads, DEFAULT_SEQ if seq is None else seq,
+                 DEFAULT_VOCAB if vocab is None else vocab, name)
 
 
 def parameter_count(m: Model) -> int:

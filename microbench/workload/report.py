@@ -74,21 +74,29 @@ def trace_lines(report: TraceReport, messages: list[Message], iterations: int) -
 
 
 def sweep_lines(points: list[dict]) -> list[str]:
-    collectives = sorted({c for p in points for c in p["by_collective"]})
+    """Wire bytes per collective at each sequence length, and how each collective and each parallel dimension
+    (dp, tp, pp) grows from the first length to the last. recv has no column: its send carries its bytes."""
+    collectives = sorted({c for p in points for c in p["by_collective"]} - {"recv"})
     head = "".join(f"{c:>16}" for c in collectives)
-    lines = ["# sequence-length sweep: wire bytes per rank per iteration by collective (setup excluded)",
+    lines = ["# sequence-length sweep: wire bytes per rank per iteration by collective (setup excluded; a recv's "
+             "bytes are its send's)",
              f"#{'Seq':>7}{'Params':>14}{head}{'Equation':>16}"]
     for p in points:
         cells = "".join(f"{format_bytes(p['by_collective'].get(c, 0)):>16}" for c in collectives)
         lines.append(f" {p['seq']:>7}{p['params']:>14}{cells}{format_bytes(p['volume']['bytes']):>16}")
     first, last = points[0], points[-1]
     ratio = last["seq"] / first["seq"]
-    parts = []
-    for c in collectives:
-        a, b = first["by_collective"].get(c, 0), last["by_collective"].get(c, 0)
-        parts.append(f"{c} x{b / a:.3g}" if a else f"{c} from 0")
-    lines.append(f"# from s={first['seq']} to s={last['seq']} (x{ratio:g}): " + ", ".join(parts)
-                 + f" (flat = x1, linear in s = x{ratio:g})")
+
+    def growth(key: str, names) -> str:
+        parts = []
+        for name in names:
+            a, b = first[key].get(name, 0), last[key].get(name, 0)
+            parts.append(f"{name} x{b / a:.3g}" if a else f"{name} from 0")
+        return ", ".join(parts)
+
+    dims = [d for d in ("dp", "tp", "pp") if any(d in p["by_dimension"] for p in points)]
+    lines.append(f"# from s={first['seq']} to s={last['seq']} (x{ratio:g}): {growth('by_collective', collectives)}; "
+                 f"by parallel dimension: {growth('by_dimension', dims)} (flat = x1, linear in s = x{ratio:g})")
     return lines
 
 
@@ -119,7 +127,7 @@ def weighting_lines(wt: dict, sources: str) -> list[str]:
 def compute_lines(c: dict) -> list[str]:
     return [
         f"# compute against communication at {c['tflops_per_device']:g} TFLOP/s achieved per device: compute "
-        f"{c['compute_s']:.4g} s, communication {c['communication_s']:.4g} s per iteration",
+        f"{c['compute_s']:.4g} s, communication {c['communication_s']:.4g} s per iteration of one device",
         f"# communication's share of the iteration: {100 * c['share_no_overlap']:.1f}% without overlap, "
         f"{100 * c['share_perfect_overlap']:.1f}% with perfect overlap",
     ]

@@ -342,6 +342,8 @@ def detect_format(text: str, doc) -> str | None:
 def read_trace(path: str, fmt: str | None = None, group_size: int | None = None) -> TraceReport:
     """Read a trace file (format detected when not given); UsageError when it holds no collective calls."""
     text = _load_text(path)
+    if not text.strip():
+        raise UsageError(f"trace {path} is empty")
     doc = None
     if text.lstrip()[:1] in ("{", "["):
         try:
@@ -364,6 +366,10 @@ def read_trace(path: str, fmt: str | None = None, group_size: int | None = None)
         read_kineto(doc, report)
     else:
         read_param(doc, report)
+    zero = sum(1 for c in report.calls if c.bytes == 0)
+    if zero:  # an empty tensor moves nothing and has no place on a size axis
+        report.skipped["zero-size call (moves no data)"] += zero
+        report.calls = [c for c in report.calls if c.bytes]
     if group_size and fmt != "deepspeed":
         report.notes.append("--trace-group-size is used for DeepSpeed logs only (this format records groups)")
     if not report.calls:
