@@ -17,12 +17,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+PAIRS = "pairs"  #: the benchmark name of the pairwise link test (commands and records)
 OUTLIER_Z = 3.5
 _MAD_FLOOR = 0.05
 
 
 def round_robin(participants: list[int]) -> list[list[tuple[int, int]]]:
-    """Rounds of disjoint pairs covering every pair once (circle method); N-1 rounds (N for odd N)."""
+    """Rounds of disjoint pairs covering every pair once (circle method); N-1 rounds (N for odd N).
+
+    Fewer than 2 participants have no pair: no rounds."""
+    if len(participants) < 2:
+        return []
     items: list[int | None] = list(participants)
     if len(items) % 2:
         items.append(None)

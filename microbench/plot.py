@@ -16,6 +16,7 @@ from pathlib import Path
 
 from microbench.errors import UsageError
 from microbench.gate.metrics import LATENCY_STATS
+from microbench.pairs import PAIRS
 from microbench.plotting.heatmap import heatmap
 
 #: heatmap(matrix, labels, title, unit, path, outliers) draws an N x N matrix (e.g. pairwise link
@@ -27,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", metavar="RESULTS", help="JSONL result files or directories")
     p.add_argument("-o", "--out-dir", required=True, metavar="DIR", help="folder for the figures (created)")
     p.add_argument("-b", "--benchmark", action="append", metavar="NAME",
-                   help="only these benchmarks (repeat or comma-separate); default every one found")
+                   help="only these benchmarks (repeat or comma-separate; pairs: the heatmaps of the pairwise "
+                        "link test); default every one found")
     p.add_argument("--stat", choices=LATENCY_STATS, default="p50", metavar="STAT",
                    help=f"latency statistic of the line ({', '.join(LATENCY_STATS)}; default p50)")
     p.add_argument("--band", choices=("p10-p90", "min-max", "none"), default="p10-p90",
@@ -39,22 +41,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from microbench.collectives import COLLECTIVES, get_collective
-    from microbench.gate.load import load_runs
+    from microbench.collectives import COLLECTIVES
+    from microbench.gate.load import benchmark_names, load_runs
     from microbench.plotting import curves
 
+    wanted = benchmark_names(args.benchmark)
     runs = load_runs(args.results)
-    wanted = None
-    if args.benchmark:
-        wanted = [n.strip() if n.strip() == "pairs" else get_collective(n.strip()).name
-                  for item in args.benchmark for n in item.split(",") if n.strip()]
     found: dict[str, int] = {}
     for run in runs:
         for res in run.results:
             name = res.get("benchmark")
             found[name] = found.get(name, 0) + 1
     for name, count in sorted(found.items(), key=lambda kv: str(kv[0])):
-        if name not in COLLECTIVES and name != "pairs":
+        if name not in COLLECTIVES and name != PAIRS:
             note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
@@ -67,7 +66,7 @@ def main(args) -> int:
         for suffix in (".png", ".svg") if args.svg else (".png",):
             written.append(curves.draw(name, COLLECTIVES[name].summary, series, runs, out_dir / f"{name}{suffix}",
                                        args.stat, args.band, args.by, args.bw))
-    if wanted is None or "pairs" in (args.benchmark or []):
+    if wanted is None or PAIRS in wanted:
         written += draw_pairs(runs, out_dir, args.svg)
     if not written:
         raise UsageError(f"nothing to plot in {', '.join(args.results)}")
@@ -81,7 +80,7 @@ def draw_pairs(runs, out_dir: Path, svg: bool) -> list[Path]:
     written = []
     for run in runs:
         for res in run.results:
-            if res.get("benchmark") != "pairs" or not res.get("matrix"):
+            if res.get("benchmark") != PAIRS or not res.get("matrix"):
                 continue
             what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
             title = (f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} "

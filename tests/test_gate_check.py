@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.gate.synth import MULTIPLES, result, write_run
+from fixtures.gate.synth import MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.gate.check import evaluate, reduce_runs
 from microbench.gate.load import load_runs
@@ -161,6 +161,39 @@ def test_same_run_reached_twice_counts_once(tmp_path):
     assert not outcome.passed and "1 run(s), the rule needs at least 2" in outcome.failures()[0]
 
 
+def test_pairs_outliers_fail_the_rule_and_name_the_link(tmp_path):
+    spec = '[[rule]]\nbenchmark = "pairs"\nmax_outliers = 0\nruns = "all"\n'
+    healthy = [pairs_result("latency"), pairs_result("bandwidth", value=10.0)]
+    ok, = judge(tmp_path / "a", spec, healthy, healthy)
+    assert ok.passed and [j.value for j in ok.judgements] == [0.0, 0.0]
+    bad_cable = [pairs_result("latency", bad=(1, 3), bad_value=9.0), pairs_result("bandwidth", value=10.0)]
+    outcome, = judge(tmp_path / "b", spec, healthy, bad_cable)
+    assert not outcome.passed
+    failing, = [j for j in outcome.judgements if not j.passed]
+    assert failing.key.get("metric") == "latency" and failing.values == [0.0, 1.0]
+    assert "outliers 1 cells > allowed 0 cells" in failing.detail and "flagged: node1-node3 (1 run)" in failing.detail
+    # the median of three runs forgives a link flagged once
+    outcome, = judge(tmp_path / "c", spec.replace('"all"', '"median"'), healthy, bad_cable, healthy)
+    assert outcome.passed
+
+
+def test_pairs_statistics_judge_the_slowest_link(tmp_path):
+    spec = ('[[rule]]\nbenchmark = "pairs"\nmetric = "latency"\nstat = "max"\nmax_latency_us = 5\n'
+            '[[rule]]\nbenchmark = "pairs"\nmetric = "bandwidth"\nstat = "max"\nmin_busbw_gbps = 5\n')
+    records = [pairs_result("latency", bad=(0, 2), bad_value=6.0), pairs_result("bandwidth", value=10.0, bad=(0, 2),
+                                                                                bad_value=4.0)]
+    latency, bandwidth = judge(tmp_path, spec, records)
+    assert not latency.passed and latency.judgements[0].value == 6.0
+    assert not bandwidth.passed and bandwidth.judgements[0].value == pytest.approx(4.0)
+
+
+def test_pairs_schedules_are_separate_configurations(tmp_path):
+    spec = '[[rule]]\nbenchmark = "pairs"\nmetric = "latency"\nmax_latency_us = 3\n'
+    outcome, = judge(tmp_path, spec, [pairs_result(value=2.0), pairs_result(value=4.0, schedule="serial")])
+    assert [(j.key.get("schedule"), j.passed) for j in outcome.judgements] == [("round-robin", True),
+                                                                              ("serial", False)]
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 SPEC = """
 [[rule]]
@@ -242,6 +275,16 @@ def test_cli_bad_results_exit_2(tmp_path, capsys, args, fragment):
     assert cli(*args, "--spec", spec) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("microbench: error:") and fragment in err[0]
+
+
+def test_cli_pairs_rule_table(tmp_path, capsys):
+    path = write_run(tmp_path / "r.jsonl", [pairs_result("latency", bad=(1, 3), bad_value=9.0)])
+    assert cli(path, "--spec", spec_file(tmp_path, '[[rule]]\nbenchmark = "pairs"\nmax_outliers = 0\n')) == 1
+    out = capsys.readouterr().out
+    assert "# pairs: statistics are over the links" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("8"))
+    assert "metric=latency" not in row  # one configuration: no options column
+    assert row.split()[-8:] == ["outliers", "1", "1", "1", "cells", "<=", "0", "FAIL"]
 
 
 def test_cli_unwritable_junit_is_a_usage_error(tmp_path, results_file, capsys):

@@ -8,7 +8,7 @@ from itertools import combinations
 
 import pytest
 
-from fixtures.gate.synth import base_latency, result, write_run, write_runs
+from fixtures.gate.synth import base_latency, pairs_result, result, write_run, write_runs
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
 from microbench.gate import intervals
@@ -176,6 +176,21 @@ def test_options_separate_configurations(tmp_path, capsys):
     assert "nothing to compare" in capsys.readouterr().err
 
 
+def test_pairs_compare_per_matrix_and_schedule(tmp_path, capsys):
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for i in range(4):
+        write_run(base, [pairs_result("latency", value=2.0), pairs_result("bandwidth", value=10.0),
+                         result(p50=1.0)], run_id=f"b{i}")
+        write_run(new, [pairs_result("latency", value=3.0), pairs_result("bandwidth", value=10.0),
+                        pairs_result("latency", value=2.0, schedule="serial")], run_id=f"n{i}")
+    assert cli("--baseline", base, "--new", new, "-b", "pairs", "--json") == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [(r["config"]["metric"], r["config"]["schedule"], r["verdict"]) for r in doc["rows"]] == [
+        ("latency", "round-robin", REGRESSION), ("bandwidth", "round-robin", OK)]
+    assert [(k["metric"], k["schedule"]) for k in doc["only_new"]] == [("latency", "serial")]
+    assert doc["only_baseline"] == []  # the allreduce result is not selected by -b pairs
+
+
 def test_filters_and_threshold(tmp_path, capsys):
     base = write_runs(tmp_path / "base.jsonl", 4, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 4, slower(1.08), prefix="n")
@@ -204,6 +219,7 @@ def test_bad_threshold(text):
     (["--stat", "p95"], "invalid choice: 'p95'"),
     (["--confidence", "1.5"], "--confidence must be"),
     (["-b", "allreduse"], "unknown benchmark 'allreduse'"),
+    (["-b", "allreduce,pairz"], "unknown benchmark 'pairz': choose from allreduce, allgather"),
     (["--threshold", "5"], "a bare number is a fraction"),
 ])
 def test_bad_options_exit_2(tmp_path, capsys, extra, fragment):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fixtures.gate.synth import result, write_run
+from fixtures.gate.synth import pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 
 
@@ -64,3 +64,13 @@ def test_no_matching_size_is_a_usage_error(tmp_path, capsys):
 def test_figure_name_must_be_png_or_svg(tmp_path, capsys):
     assert cli(three_nights(tmp_path), "-o", tmp_path / "history.pdf") == 2
     assert "must end in .png or .svg" in capsys.readouterr().err
+
+
+def test_pairs_history(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    write_run(path, [pairs_result("latency", value=2.0), result(p50=1.0)], run_id="n1", time_utc="2026-11-01T02:00:00Z")
+    write_run(path, [pairs_result("latency", value=2.5)], run_id="n2", time_utc="2026-11-02T02:00:00Z")
+    assert cli(path, "-b", "pairs", "--json") == 0
+    series, = json.loads(capsys.readouterr().out)["series"]
+    assert series["config"]["benchmark"] == "pairs" and series["config"]["metric"] == "latency"
+    assert [p["value"] for p in series["points"]] == [2.0, 2.5]

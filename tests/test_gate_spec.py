@@ -65,6 +65,26 @@ def test_require_check_alone_is_a_rule(tmp_path):
     assert spec.rules[0].thresholds == () and spec.rules[0].require_check
 
 
+def test_pairs_rules_filter_on_the_matrix_and_count_outliers(tmp_path):
+    spec = load_spec(write(tmp_path, """
+[[rule]]
+benchmark = "pairs"
+max_outliers = 0
+[[rule]]
+benchmark = "pairs"
+metric = "latency"
+schedule = "serial"
+stat = "max"
+max_latency_us = 3
+"""))
+    outliers, slowest = spec.rules
+    assert outliers.benchmarks == ("pairs",)
+    assert [(t.metric, t.bound, t.limit) for t in outliers.thresholds] == [("outliers", "max", 0.0)]
+    assert outliers.title() == "pairs all sizes: outliers <= 0 cells"
+    assert slowest.filters == {"metric": "latency", "schedule": "serial"}
+    assert slowest.title() == "pairs all sizes metric=latency schedule=serial: max latency <= 3 us"
+
+
 BAD_SPECS = [
     ('[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = \n', "not valid TOML"),
     ('description = "no rules"\n', "no rules"),
@@ -90,6 +110,13 @@ BAD_SPECS = [
      "unknown key 'benchmark' in [defaults]"),
     ('[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 5\ndtype = 32\n', "dtype must be a string"),
     ('[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 5\n[[rule]]\nbenchmark = "bw"\n', "rule 2 (bw): nothing to judge"),
+    ('[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = inf\n', "max_latency_us must be a positive number (got inf)"),
+    ('[[rule]]\nbenchmark = "allreduce"\nmin_busbw_gbps = nan\n', "min_busbw_gbps must be a positive number (got nan)"),
+    ('[[rule]]\nbenchmark = "pairz"\nmax_outliers = 0\n', "unknown benchmark 'pairz': choose from allreduce"),
+    ('[[rule]]\nbenchmark = "pairs"\nmax_outliers = -1\n', "max_outliers must be a whole number of at least 0"),
+    ('[[rule]]\nbenchmark = "pairs"\nmax_outliers = 0.5\n', "max_outliers must be a whole number of at least 0"),
+    ('[[rule]]\nbenchmark = ["pairs", "bw"]\nmax_outliers = 0\n', 'max_outliers applies to benchmark = "pairs" alone'),
+    ('[[rule]]\nbenchmark = "pairs"\nmetric = 1\nmax_outliers = 0\n', "metric must be a string"),
 ]
 
 

@@ -23,6 +23,11 @@ def test_round_robin_meets_every_pair_once_in_disjoint_rounds(n):
         assert len(r) == n // 2
 
 
+def test_fewer_than_two_participants_have_no_rounds():
+    assert round_robin([]) == [] and round_robin([7]) == []
+    assert serial([]) == [] and serial([7]) == []
+
+
 def test_serial_is_one_pair_per_round():
     rounds = serial([0, 1, 2, 3])
     assert len(rounds) == 6 and all(len(r) == 1 for r in rounds)

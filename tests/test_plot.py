@@ -7,12 +7,12 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import REPO
-from fixtures.gate.synth import MULTIPLES, result, write_run
+from fixtures.gate.synth import MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
 from microbench.gate.load import load_runs
 from microbench.plot import heatmap
-from microbench.plotting import curves
+from microbench.plotting import curves, line_style
 
 REFERENCE = REPO / "plots" / "reference.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -77,6 +77,36 @@ def test_series_carry_the_recorded_numbers(tmp_path):
     merged, = curves.build_series(runs, "allreduce", "p50", "min-max", "config", "busbw")
     assert merged.runs == 3 and merged.latency == [20.0, 40.0]
     assert merged.latency_band == [(10.0, 30.0), (20.0, 60.0)]
+
+
+def test_runs_started_in_the_same_minute_get_distinct_legend_labels(tmp_path):
+    path = tmp_path / "r.jsonl"
+    for i, when in enumerate(("07:00:05", "07:00:40", "07:00:40")):
+        write_run(path, [result(size=8, p50=1.0 + i)], run_id=f"run{i}", time_utc=f"2026-11-01T{when}Z")
+    labels = [s.label for s in curves.build_series(load_runs([path]), "allreduce")]
+    assert len(set(labels)) == 3
+    assert sorted(labels) == ["2026-11-01 07:00:05 run0", "2026-11-01 07:00:40 run1", "2026-11-01 07:00:40 run2"]
+    apart = tmp_path / "apart.jsonl"
+    for i, when in enumerate(("07:00:05", "08:00:40")):
+        write_run(apart, [result(size=8, p50=1.0 + i)], run_id=f"run{i}", time_utc=f"2026-11-01T{when}Z")
+    labels = [s.label for s in curves.build_series(load_runs([apart]), "allreduce")]
+    assert labels == ["2026-11-01 07:00", "2026-11-01 08:00"]  # minutes suffice
+
+
+def test_forty_lines_look_different():
+    styles = [tuple(sorted(line_style(i).items())) for i in range(40)]
+    assert len(set(styles)) == 40
+
+
+def test_benchmark_list_can_name_pairs_beside_collectives(tmp_path, capsys):
+    path = write_run(tmp_path / "r.jsonl", [result(size=8), result(size=64), pairs_result("latency"),
+                                            pairs_result("bandwidth", value=10.0)], run_id="abc")
+    assert cli(path, "-o", tmp_path / "figs", "-b", "allreduce,pairs") == 0
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        "allreduce.png", "pairs-bandwidth-abc.png", "pairs-latency-abc.png"]
+    assert cli(path, "-o", tmp_path / "only", "-b", "pairs") == 0
+    assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["pairs-bandwidth-abc.png",
+                                                                    "pairs-latency-abc.png"]
 
 
 def _red_pixels(png) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from microbench.gate import keys
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import unique_labels
-from microbench.gate.metrics import UNITS, higher_is_better, metric_value
+from microbench.gate.metrics import OUTLIERS, UNITS, higher_is_better, metric_value
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.table import size_text
 from microbench.records import Run
@@ -144,7 +144,7 @@ def reduce_runs(values: list[float], mode: str, higher_better: bool) -> float:
 
 
 def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:
-    stat = rule.stat_for(threshold.metric)
+    stat = None if threshold.metric == OUTLIERS else rule.stat_for(threshold.metric)
     run_ids = list(by_run)
     per_result = [[metric_value(res, threshold.metric, stat) for res in results] for results in by_run.values()]
     values = [None if None in vals else float(statistics.median(vals)) for vals in per_result]
@@ -153,18 +153,34 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, li
                 allowed=allowed, metric=threshold.metric, stat=stat)
     lacking = sum(v is None for v in values)
     if lacking:
-        field_name = f"latency_us.{stat}" if threshold.metric == "latency" else f"{threshold.metric} from {stat}"
+        field_name = f"latency_us.{stat}" if threshold.metric == "latency" else "an outliers list" \
+            if threshold.metric == OUTLIERS else f"{threshold.metric} from {stat}"
         return Judgement(passed=False, detail=f"{lacking} of {len(values)} run(s) lack {field_name}", **base)
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
     unit = UNITS[threshold.metric]
-    what = f"{stat} latency" if threshold.metric == "latency" else f"{threshold.metric} (from {stat})"
+    what = f"{stat} latency" if threshold.metric == "latency" else "outliers" \
+        if threshold.metric == OUTLIERS else f"{threshold.metric} (from {stat})"
     op = ("<=" if passed else ">") if threshold.bound == "max" else (">=" if passed else "<")
     how = f"{rule.runs} of {len(values)} runs" if len(values) > 1 else "1 run"
     tol = f" ({threshold.limit:g} {'+' if threshold.bound == 'max' else '-'} {rule.tolerance * 100:g} %)" \
         if rule.tolerance else ""
     detail = f"{what} {value:.4g} {unit} {op} allowed {allowed:.4g} {unit}{tol}, {how}"
+    if threshold.metric == OUTLIERS:
+        detail += _outlier_links(by_run)
     return Judgement(passed=passed, value=value, detail=detail, **base)
+
+
+def _outlier_links(by_run: dict[str, list[dict]]) -> str:
+    """``; flagged: a-b (2 runs), ...``: the links pairs records flagged as outliers, with how many runs did."""
+    count: dict[str, int] = {}
+    for results in by_run.values():
+        links = {"-".join(map(str, o.get("labels") or o.get("pair") or ())) for res in results
+                 for o in res.get("outliers") or () if isinstance(o, dict)}
+        for link in links:
+            count[link] = count.get(link, 0) + 1
+    shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in sorted(count.items(), key=lambda kv: -kv[1])]
+    return f"; flagged: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown else ""
 
 
 def _judge_check(key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:

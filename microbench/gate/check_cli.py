@@ -1,7 +1,8 @@
 """Judge results against an acceptance spec (a TOML list of rules): exit 0 all pass, 1 any fails, 2 bad input.
 
 Each rule selects results (benchmark, sizes, filters such as backend or ranks) and states limits:
-max_latency_us (judged on p50 unless stat = ...), min_busbw_gbps, min_algbw_gbps, require_check.
+max_latency_us (judged on p50 unless stat = ...), min_busbw_gbps, min_algbw_gbps, require_check, and
+for the pairwise link test (benchmark = "pairs") max_outliers.
 Several runs of a configuration are judged by the rule's runs mode: best, median (default) or all.
 Fail closed: a rule that no measurement matches fails, as does a listed size nobody measured.
 See scripts/specs/ for examples.
@@ -20,11 +21,12 @@ from microbench.gate.load import load_runs, mpi_library, time_span
 from microbench.gate.metrics import UNITS
 from microbench.gate.spec import Spec, load_spec
 from microbench.gate.table import num, render
+from microbench.pairs import PAIRS
 from microbench.records import Run
 from microbench.sizes import format_size
 
 _CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
-                     "require_check": "check", "min_runs": "runs"}
+                     "max_outliers": "outliers", "require_check": "check", "min_runs": "runs"}
 _MAX_VALUES_SHOWN = 5
 
 
@@ -80,6 +82,9 @@ def report_lines(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], failu
               "bandwidth (GB/s): S [x busbw factor] / latency[stat], stat avg (the recorded value) unless the rule says",
               "# runs=best: the best run is judged; median: the median over runs; all: the worst run (every run must pass)",
               "# allowed = limit x (1 + tolerance) for latency, limit x (1 - tolerance) for bandwidth"]
+    if any(PAIRS in o.rule.benchmarks for o in outcomes):
+        lines.append("# pairs: statistics are over the links, each the p50 of its iterations (max latency = the "
+                     "slowest link); outliers: cells the run flagged (modified z-score over the links)")
     for outcome in outcomes:
         lines.append("")
         lines.extend(rule_lines(outcome, failures_only))
@@ -110,7 +115,7 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
             if "options" in headers else []
         label = _CRITERION_LABELS.get(j.criterion, j.criterion)
         if j.metric:
-            label = f"{j.stat} {label}" if j.metric == "latency" else f"{label} ({j.stat})"
+            label = f"{j.stat} {label}" if j.metric == "latency" else f"{label} ({j.stat})" if j.stat else label
             unit = UNITS[j.metric]
             op = "<=" if j.criterion.startswith("max") else ">="
             values = ", ".join(num(v) for v in j.values[:_MAX_VALUES_SHOWN]) + \

@@ -14,12 +14,11 @@ import argparse
 import json
 import sys
 
-from microbench.collectives import get_collective
 from microbench.errors import UsageError
 from microbench.gate import intervals, keys
 from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, \
     Comparison, compare
-from microbench.gate.load import load_runs, mpi_library, time_span
+from microbench.gate.load import benchmark_names, load_runs, mpi_library, time_span
 from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, \
     higher_is_better
 from microbench.gate.table import num, render
@@ -44,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=float, default=0.95, metavar="C",
                    help="confidence of the interval, between 0.5 and 1 (default 0.95)")
     p.add_argument("-b", "--benchmark", action="append", metavar="NAME",
-                   help="only these benchmarks (repeat or comma-separate)")
+                   help="only these benchmarks (repeat or comma-separate; pairs: the pairwise link test)")
     p.add_argument("-m", "--sizes", metavar="SIZES", help="only these sizes (size grammar, e.g. 8:4K)")
     p.add_argument("--allow-unconfirmed", action="store_true",
                    help="exit 0 when changes beyond the threshold could not be judged for lack of runs")
@@ -69,9 +68,8 @@ def parse_threshold(text: str) -> float:
 
 
 def _selector(args):
-    names = None
-    if args.benchmark:
-        names = {get_collective(n.strip()).name for item in args.benchmark for n in item.split(",") if n.strip()}
+    chosen = benchmark_names(args.benchmark)
+    names = set(chosen) if chosen else None
     sizes = set(parse_sizes(args.sizes)) if args.sizes else None
 
     def select(result: dict) -> bool:

@@ -12,11 +12,10 @@ import json
 import statistics
 import sys
 
-from microbench.collectives import get_collective
 from microbench.errors import UsageError
 from microbench.gate import keys
 from microbench.gate.keys import ConfigKey
-from microbench.gate.load import load_runs, mpi_library, run_label, run_time
+from microbench.gate.load import benchmark_names, load_runs, mpi_library, run_label, run_time
 from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, label
 from microbench.gate.table import num, render
 from microbench.records import Run
@@ -26,7 +25,8 @@ from microbench.sizes import format_size, parse_sizes
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", metavar="FILES|DIR", help="JSONL result files or directories")
     p.add_argument("-b", "--benchmark", action="append", metavar="NAME",
-                   help="benchmarks to follow (repeat or comma-separate); default every one found")
+                   help="benchmarks to follow (repeat or comma-separate; pairs: the pairwise link test); "
+                        "default every one found")
     p.add_argument("-m", "--sizes", default="8", metavar="SIZES",
                    help="message sizes to follow (size grammar; default 8: small-message latency)")
     p.add_argument("--metric", choices=METRICS, default="latency", help="latency (default), busbw or algbw")
@@ -69,9 +69,8 @@ def column_labels(columns: list[ConfigKey]) -> list[str]:
 
 def main(args) -> int:
     stat = check_stat(args.stat) if args.stat else default_stat(args.metric)
-    benchmarks = None
-    if args.benchmark:
-        benchmarks = {get_collective(n.strip()).name for item in args.benchmark for n in item.split(",") if n.strip()}
+    chosen = benchmark_names(args.benchmark)
+    benchmarks = set(chosen) if chosen else None
     sizes = set(parse_sizes(args.sizes))
     runs = load_runs(args.results)
     ordered, columns, values = collect(runs, benchmarks, sizes, args.metric, stat)
@@ -79,7 +78,8 @@ def main(args) -> int:
         present = sorted({r.get("size_bytes") for run in runs for r in run.results
                           if benchmarks is None or r.get("benchmark") in benchmarks} - {None})
         raise UsageError(f"no results at sizes {args.sizes}" + (f" of {', '.join(sorted(benchmarks))}" if benchmarks
-                         else "") + f"; sizes present: {', '.join(format_size(s) for s in present[:12]) or 'none'}")
+                         else "") + f"; sizes present: {', '.join(format_size(s) for s in present[:12]) or 'none'}"
+                         + (" ..." if len(present) > 12 else ""))
     labels = column_labels(columns)
     if args.figure:
         from microbench.plotting import check_path

@@ -4,7 +4,9 @@ Two results measure the same thing when they agree on the benchmark, the message
 ranks, the backend, and every option that changes what is timed: element type and reduction op,
 in-place, the timed-loop implementation, cache mode, synchronisation, bw window, root, the huge-page
 policy (it moves large-message results by up to 2x), whether data was checked (checked iterations are
-timed in isolation), and, where a record has them, torch_backend, device and buffer.
+timed in isolation), and, where a record has them, torch_backend, device and buffer, and for the pairwise
+link test (benchmark ``pairs``) its ``metric`` (latency or bandwidth matrix) and ``schedule`` (round-robin
+pairs measured at once, or serial: one pair at a time, without interference).
 
 Fields a record lacks count as None, so records written before a field existed still compare with
 each other. The number of iterations, warmup and the run's time are *not* part of the key: they change
@@ -35,6 +37,8 @@ OPTION_FIELDS: dict[str, type] = {
     "torch_backend": str,
     "device": str,
     "buffer": str,
+    "metric": str,
+    "schedule": str,
 }
 
 KEY_FIELDS = BASE_FIELDS + tuple(OPTION_FIELDS)

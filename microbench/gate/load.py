@@ -32,6 +32,26 @@ def load_runs(paths: Iterable[str | os.PathLike], what: str = "results") -> list
     return runs
 
 
+def benchmark_names(items: Iterable[str] | None) -> list[str] | None:
+    """Benchmarks named with ``-b`` (repeated or comma-separated), canonical, in order; None when none.
+
+    ``pairs`` (the pairwise link test) is accepted beside the collectives; an unknown name is a UsageError.
+    """
+    from microbench.collectives import COLLECTIVES
+    from microbench.pairs import PAIRS
+
+    if not items:
+        return None
+    out = []
+    for name in (n.strip() for item in items for n in item.split(",")):
+        key = name.lower().replace("-", "_")
+        if key and key not in COLLECTIVES and key != PAIRS:
+            raise UsageError(f"unknown benchmark {name!r}: choose from {', '.join(COLLECTIVES)}, {PAIRS}")
+        if key and key not in out:
+            out.append(key)
+    return out or None
+
+
 def parse_time(text: object) -> dt.datetime | None:
     """An ISO 8601 UTC time such as ``2026-11-22T07:33:52Z``; None if absent or unreadable."""
     if not isinstance(text, str) or not text:

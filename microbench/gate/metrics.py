@@ -6,9 +6,14 @@
 - algbw (GB/s, 1 GB = 1e9 B) = S / latency[stat], busbw = algbw x factor, with S (``algbw_bytes``) and the
   factor (``busbw_factor``) as the record states them (nccl-tests' definitions). With stat ``avg`` this
   is exactly the recorded ``algbw_gbps``/``busbw_gbps``.
+- outliers (cells, specs only): the number of outlier cells a pairwise-link-test record (benchmark
+  ``pairs``) flagged; no statistic applies.
+
+For ``pairs`` records the statistics are over the pairs, each pair's value being the p50 of its
+iterations: ``max`` is the slowest link (for the bandwidth matrix, the highest per-message time).
 
 Default stat: p50 for latency (robust to tails), avg for bandwidth (the recorded value, as nccl-tests).
-A latency regression is a rise; a bandwidth regression is a fall.
+A latency regression is a rise; a bandwidth regression is a fall; more outliers are worse.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from __future__ import annotations
 from microbench.errors import UsageError
 
 LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "slowest")
-METRICS = ("latency", "busbw", "algbw")
-UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s"}
+METRICS = ("latency", "busbw", "algbw")  #: what compare and history can follow
+OUTLIERS = "outliers"  #: a spec-only metric: outlier cells of a pairs record
+UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "cells"}
 
 
 def check_metric(metric: str) -> str:
@@ -38,11 +44,15 @@ def default_stat(metric: str) -> str:
 
 
 def higher_is_better(metric: str) -> bool:
-    return metric != "latency"
+    """False for latency and outliers (less is better), True for bandwidth."""
+    return metric not in ("latency", OUTLIERS)
 
 
 def metric_value(result: dict, metric: str, stat: str) -> float | None:
     """The metric of one result record from latency statistic ``stat``; None when the record lacks it."""
+    if metric == OUTLIERS:
+        found = result.get("outliers")
+        return float(len(found)) if isinstance(found, list) else None
     latency = (result.get("latency_us") or {}).get(stat)
     if metric == "latency":
         return float(latency) if isinstance(latency, (int, float)) else None

@@ -13,7 +13,8 @@ max_latency_us = 50                          # judged on p50 unless stat = "avg"
 ```
 
 Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
-``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``;
+``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
+the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier cells a matrix may flag);
 ``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
 or ``all``: how several runs of one configuration are judged); ``min_runs``; ``require_check``.
 """
@@ -21,6 +22,7 @@ or ``all``: how several runs of one configuration are judged); ``min_runs``; ``r
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,8 @@ from typing import Any
 from microbench.collectives import COLLECTIVES
 from microbench.errors import UsageError
 from microbench.gate import keys
-from microbench.gate.metrics import LATENCY_STATS, UNITS, default_stat
+from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, UNITS, default_stat
+from microbench.pairs import PAIRS
 from microbench.sizes import format_size, parse_sizes
 
 try:  # Python 3.11+
@@ -42,6 +45,7 @@ THRESHOLDS = {
     "max_latency_us": ("latency", "max"),
     "min_busbw_gbps": ("busbw", "min"),
     "min_algbw_gbps": ("algbw", "min"),
+    "max_outliers": (OUTLIERS, "max"),
 }
 
 #: How several runs of one configuration are judged.
@@ -109,8 +113,8 @@ class Rule:
         parts = []
         for t in self.thresholds:
             op = "<=" if t.bound == "max" else ">="
-            what = f"{self.stat_for(t.metric)} latency" if t.metric == "latency" else \
-                f"{t.metric} (from {self.stat_for(t.metric)} latency)"
+            what = f"{self.stat_for(t.metric)} latency" if t.metric == "latency" else "outliers" \
+                if t.metric == OUTLIERS else f"{t.metric} (from {self.stat_for(t.metric)} latency)"
             parts.append(f"{what} {op} {t.limit:g} {UNITS[t.metric]}")
         if self.require_check:
             parts.append("data check passes")
@@ -202,11 +206,17 @@ def _parse_rule(index: int, merged: dict, raw: dict, spec_fail) -> Rule:
             filters[name] = _typed(name, merged[name], keys.FIELD_TYPES[name], fail)
     thresholds = []
     for name, (metric, bound) in THRESHOLDS.items():
-        if name in merged:
-            limit = merged[name]
-            if not _is_number(limit) or limit <= 0:
-                fail(f"{name} must be a positive number (got {limit!r})")
-            thresholds.append(Threshold(name, metric, bound, float(limit)))
+        if name not in merged:
+            continue
+        limit = merged[name]
+        if metric == OUTLIERS:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                fail(f"{name} must be a whole number of at least 0 (got {limit!r})")
+            if benchmarks != (PAIRS,):
+                fail(f"{name} applies to benchmark = \"{PAIRS}\" alone (the pairwise link test)")
+        elif not _is_number(limit) or not math.isfinite(limit) or limit <= 0:
+            fail(f"{name} must be a positive number (got {limit!r})")
+        thresholds.append(Threshold(name, metric, bound, float(limit)))
     stat = merged.get("stat")
     if stat is not None and stat not in LATENCY_STATS:
         fail(f"unknown stat {stat!r}: choose from {', '.join(LATENCY_STATS)}")
@@ -245,8 +255,8 @@ def _benchmarks(value: Any, fail) -> tuple[str, ...]:
     out = []
     for n in names:
         key = n.lower().replace("-", "_")
-        if key not in COLLECTIVES:
-            fail(f"unknown benchmark {n!r}: choose from {', '.join(COLLECTIVES)}")
+        if key not in COLLECTIVES and key != PAIRS:
+            fail(f"unknown benchmark {n!r}: choose from {', '.join(COLLECTIVES)}, {PAIRS}")
         out.append(key)
     return tuple(dict.fromkeys(out))
 

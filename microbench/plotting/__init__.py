@@ -42,6 +42,12 @@ def save(fig, path: str | os.PathLike) -> Path:
     return p
 
 
+def line_style(index: int) -> dict:
+    """Matplotlib line style of the index-th line of a figure: colours C0..C9 for the first ten lines,
+    then the same colours dashed, dotted and dash-dotted, so that no two of 40 lines look alike."""
+    return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":", "-.")[index // 10 % 4]}
+
+
 def size_axis(ax, sizes) -> None:
     """Log2 x axis of message sizes (bytes), ticks at powers of 2 labelled 1, 8, 64, 512, 4K, ..."""
     import math

@@ -42,9 +42,16 @@ class Series:
     runs: int = 1
 
 
-def _run_title(run: Run) -> str:
-    t = run_time(run)
-    return f"{t:%Y-%m-%d %H:%M}" if t else run_label(run)
+def _run_titles(runs: list[Run]) -> list[str]:
+    """A legend title per run: its start time to the minute, to the second where two runs share a
+    minute, and with the run id where they still collide (or have no time)."""
+    times = [run_time(r) for r in runs]
+    titles = [f"{t:%Y-%m-%d %H:%M}" if t else run_label(r) for r, t in zip(runs, times)]
+    if len(set(titles)) < len(titles):
+        titles = [f"{t:%Y-%m-%d %H:%M:%S}" if t else run_label(r) for r, t in zip(runs, times)]
+    if len(set(titles)) < len(titles):
+        titles = [f"{title} {run_label(r)}" if t else title for title, r, t in zip(titles, runs, times)]
+    return titles
 
 
 def build_series(runs: list[Run], benchmark: str, stat: str = "p50", band: str = "p10-p90", by: str = "run",
@@ -58,16 +65,18 @@ def build_series(runs: list[Run], benchmark: str, stat: str = "p50", band: str =
             key = keys.config_key(res).without_size()
             groups.setdefault((index if by == "run" else None, key), []).append((run, res))
     shown = keys.varying_options(k for _, k in groups)
-    several_runs = by == "run" and len({i for i, _ in groups}) > 1
+    used = sorted({i for i, _ in groups if i is not None})
+    titles = dict(zip(used, _run_titles([runs[i] for i in used])))
+    several_runs = by == "run" and len(used) > 1
     out = []
     for (index, key), members in groups.items():
-        parts = [_run_title(runs[index])] if several_runs else []
+        parts = [titles[index]] if several_runs else []
         if shown:
             parts.append(keys.describe_options(key, shown))
         label_runs = len({id(r) for r, _ in members})
         if by == "config":
             parts.append(f"{label_runs} run(s)")
-        series = Series(label=", ".join(parts) or _run_title(members[0][0]), key=key, runs=label_runs)
+        series = Series(label=", ".join(parts) or _run_titles([members[0][0]])[0], key=key, runs=label_runs)
         by_size: dict[int, list[dict]] = {}
         for _, res in members:
             by_size.setdefault(res["size_bytes"], []).append(res)
@@ -125,14 +134,13 @@ def explanation(stat: str, band: str, by: str, bw_metric: str) -> str:
 def draw(benchmark: str, summary: str, series: list[Series], runs: list[Run], path: str | os.PathLike,
          stat: str, band: str, by: str, bw_metric: str) -> Path:
     """Write one figure: latency (log-log) left, bandwidth right."""
-    from microbench.plotting import log_value_axis, new_figure, save, size_axis
+    from microbench.plotting import line_style, log_value_axis, new_figure, save, size_axis
 
     fig = new_figure(11, 4.6)
     lat_ax, bw_ax = fig.subplots(1, 2)
-    colours = [f"C{i % 10}" for i in range(len(series))]
-    for s, colour in zip(series, colours):
-        _curve(lat_ax, s.sizes, s.latency, s.latency_band, colour, s.label)
-        _curve(bw_ax, s.sizes, s.bandwidth, s.bandwidth_band, colour, s.label)
+    for i, s in enumerate(series):
+        _curve(lat_ax, s.sizes, s.latency, s.latency_band, line_style(i), s.label)
+        _curve(bw_ax, s.sizes, s.bandwidth, s.bandwidth_band, line_style(i), s.label)
     all_sizes = [x for s in series for x in s.sizes]
     for ax in (lat_ax, bw_ax):
         size_axis(ax, all_sizes)
@@ -150,13 +158,13 @@ def draw(benchmark: str, summary: str, series: list[Series], runs: list[Run], pa
     return save(fig, path)
 
 
-def _curve(ax, sizes, values, bands, colour, label) -> None:
+def _curve(ax, sizes, values, bands, style: dict, label) -> None:
     pts = [(x, y) for x, y in zip(sizes, values) if y is not None]
     if not pts:
         return
     xs, ys = zip(*pts)
-    ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.2, color=colour, label=label)
+    ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.2, label=label, **style)
     band = [(x, b) for x, b in zip(sizes, bands) if b is not None]
     if band:
         bx, (lo, hi) = [x for x, _ in band], zip(*[b for _, b in band])
-        ax.fill_between(bx, lo, hi, color=colour, alpha=0.18, linewidth=0)
+        ax.fill_between(bx, lo, hi, color=style["color"], alpha=0.18, linewidth=0)

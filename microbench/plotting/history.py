@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from microbench.plotting import log_value_axis, new_figure, save
+from microbench.plotting import line_style, log_value_axis, new_figure, save
 
 
 def draw(series: Sequence[tuple[str, Sequence[tuple[dt.datetime, float]]]], path: str | os.PathLike,
@@ -22,7 +22,7 @@ def draw(series: Sequence[tuple[str, Sequence[tuple[dt.datetime, float]]]], path
     for i, (label, points) in enumerate(series):
         if points:
             times, values = zip(*points)
-            ax.plot(times, values, marker="o", markersize=3, linewidth=1.2, color=f"C{i % 10}", label=label)
+            ax.plot(times, values, marker="o", markersize=3, linewidth=1.2, label=label, **line_style(i))
     for when, text in changes:
         ax.axvline(when, color="#808080", linestyle=":", linewidth=1)
         ax.annotate(text, (when, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
@@ -35,7 +35,10 @@ def draw(series: Sequence[tuple[str, Sequence[tuple[dt.datetime, float]]]], path
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    if len(series) > 8:  # a long legend goes beside the axes, where it hides no point
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+    else:
+        ax.legend(fontsize=7, loc="best")
     ax.set_title(title, fontsize=10)
     if note:
         fig.supxlabel(note, fontsize=7)
