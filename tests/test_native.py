@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from conftest import microbench, results_of
+from conftest import microbench, read_jsonl, results_of
+from microbench import native
 
 TIMING_FIELDS = {"latency_us", "algbw_gbps", "busbw_gbps", "first_call_us", "time_utc", "wall_s", "run_id", "loop",
-                 "iterations"}
+                 "iterations", "timer"}
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,27 @@ def test_check_catches_corruption_in_both_loops(loop, tmp_path):
                       env={"MICROBENCH_TEST_CORRUPT": "0:latency:128"})
     assert proc.returncode == 1, proc.output
     assert {r["size_bytes"]: r["check"] for r in results_of(out)} == {64: "pass", 128: "fail"}
+
+
+def test_unwritable_cache_folder_falls_back(tmp_path):
+    # /sys/kernel exists and cannot be written, even by root: a build there is impossible, not a crash
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "-i", "5", "--out", str(out),
+                      env={"MICROBENCH_CACHE_DIR": "/sys/kernel"})
+    assert proc.returncode == 0, proc.output
+    assert proc.stderr.count("native loop unavailable") == 1 and "cannot build in the cache directory" in proc.stderr
+    assert [r["loop"] for r in results_of(out)] == ["python"]
+
+
+def test_timer_is_recorded(tmp_path):
+    # the lean native loop reads the TSC where the CPU's is invariant; MICROBENCH_TIMER=clock turns it off;
+    # a checked run times each iteration with CLOCK_MONOTONIC
+    tsc = native.invariant_tsc()
+    for env, check, expected in (({}, [], "tsc" if tsc else "host"), ({"MICROBENCH_TIMER": "clock"}, [], "host"),
+                                 ({}, ["-c"], "host")):
+        out = tmp_path / f"r{len(env)}{len(check)}.jsonl"
+        proc = microbench("run", "--np", "2", "latency", "-m", "8", "-i", "50", "--loop", "native", *check,
+                          "--out", str(out), env=env)
+        assert proc.returncode == 0, proc.output
+        assert [r["timer"] for r in results_of(out)] == [expected]
+        assert ("TSC" in read_jsonl(out)[0]["conditions"]["timer"]) == (expected == "tsc" or (tsc and not env))

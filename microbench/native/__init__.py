@@ -104,6 +104,14 @@ def build(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
     target = directory / f"mbloop-{key}.so"
     if target.exists():
         return target
+    try:
+        return _compile(mpicc, directory, key, target)
+    except OSError as exc:  # a cache folder this user cannot write, a full disk
+        raise NativeUnavailable(f"cannot build in the cache directory {directory}: {exc}") from exc
+
+
+def _compile(mpicc: str, directory: Path, key: str, target: Path) -> Path:
+    """Compile under a lock so that concurrent ranks build once; publish by atomic rename."""
     with open(directory / f"mbloop-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -133,6 +141,8 @@ def load(path: Path, expected_version: str) -> ctypes.CDLL:
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
         raise NativeUnavailable(f"cannot load {path}: {exc}") from exc
+    lib.mb_calibrate.restype = ctypes.c_double
+    lib.mb_calibrate.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.mb_run.restype = ctypes.c_int
     lib.mb_run.argtypes = [ctypes.POINTER(MbCall), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                            ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p]
@@ -161,13 +171,34 @@ class NativeCall:
         )
 
 
+def invariant_tsc() -> bool:
+    """Whether the CPU's time-stamp counter ticks at a constant rate in every state (Linux cpuinfo flags)."""
+    if os.environ.get("MICROBENCH_TIMER", "") == "clock":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return {"constant_tsc", "nonstop_tsc"} <= flags
+    except OSError:
+        pass
+    return False
+
+
 class NativeLoop:
-    """The timed loop in C; same interface and semantics as engine.PythonLoop."""
+    """The timed loop in C; same interface and semantics as engine.PythonLoop.
+
+    ``timer`` is "tsc" when the lean loop reads the invariant TSC (converted to ns with a rate measured
+    against CLOCK_MONOTONIC over 20 ms at start; ``MICROBENCH_TIMER=clock`` turns it off), else "host".
+    """
 
     kind = "native"
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
+        self.ns_per_tick = lib.mb_calibrate(1 if invariant_tsc() else 0, 20)
+        self.timer = "tsc" if self.ns_per_tick > 0 else "host"
 
     def prepare(self, calls):
         array = (MbCall * len(calls))(*[c.struct for c in calls])
