@@ -12,8 +12,10 @@ collectives of torch.distributed make that stream wait for the communication str
 lasts from event i to event i+1 on the GPU's clock; the host only waits at the end. With --sync barrier,
 --flush or --check, each iteration has its own start and end events, the device is synchronised before
 the barrier, and the flush (a write of twice the L2 size) runs before the start event. With --cuda-graph
-the timed iterations are captured once into a CUDA graph of G iterations (G = min(iterations, 100)); each
-replay is timed with an event pair and gives one sample, its time divided by G.
+the timed iterations are captured into a CUDA graph of G iterations (G = min(100, iterations / 10)); each
+replay is timed with an event pair and gives one sample, its time divided by G. With --check, --sync barrier
+or --flush, each timed iteration replays a one-call graph of its slot (see ``CudaGraphLoop``). A graph of
+a 1-rank in-place collective is empty (NCCL has nothing to do), and says so in a torch warning.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from microbench.buffers import BufferPool
 from microbench.collectives import Buffers
 from microbench.errors import RunError
 
-GRAPH_ITERATIONS = 100
+GRAPH_ITERATIONS = 100  #: most iterations captured in one graph
+MIN_REPLAYS = 10  #: fewest replays (samples) a graph-timed size gets, for its percentiles
 
 
 def cuda_runtime(buffer_kind: str):
@@ -309,41 +312,89 @@ class CudaEventLoop:
         return np.round(np.asarray(ms) * 1e6).astype(np.int64)
 
 
+class _GraphCalls(list):
+    """The calls of one size, the graphs captured from them, and whether capture is allowed yet."""
+
+    def __init__(self, calls):
+        super().__init__(calls)
+        self.capture = False
+        self.graphs: dict[tuple[int, int], object] = {}
+
+
 class CudaGraphLoop(CudaEventLoop):
-    """Untimed calls run eagerly; the timed iterations replay a captured CUDA graph (see the module docstring)."""
+    """The timed iterations replay captured CUDA graphs; the first call and warmup run eagerly.
+
+    Capture starts at ``begin_timed`` (the engine calls it before the timed iterations), so NCCL's
+    communicator setup and first-use work happen outside any graph. Lean loop: one graph of G consecutive
+    iterations (G = min(100, iterations / 10), at least 1) replayed ceil(iterations / G) times, each replay timed with an
+    event pair and giving one sample (its time / G). With --check, --sync barrier or --flush every iteration
+    is a replay of a one-call graph of its slot, timed on its own, so the data checked is what a replay made.
+    Graphs are captured once per (first slot, length) and reused.
+    """
 
     timer = "cuda_graph"
 
     def __init__(self):
         super().__init__()
-        self.graph_iterations = None
+        self.graph_iterations: int | None = None
+        self.replays = 0
+
+    def prepare(self, calls):
+        self.graph_iterations, self.replays = None, 0
+        return _GraphCalls(calls)
+
+    @staticmethod
+    def begin_timed(prepared) -> None:
+        prepared.capture = True
+
+    def _graph(self, prepared: _GraphCalls, first: int, length: int):
+        key = (first % len(prepared), length)
+        graph = prepared.graphs.get(key)
+        if graph is None:
+            torch = self.torch
+            graph = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph, stream=stream):
+                for i in range(length):
+                    prepared[(first + i) % len(prepared)]()
+            torch.cuda.synchronize()
+            prepared.graphs[key] = graph
+        return graph
 
     def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
-        if iters < GRAPH_ITERATIONS // 10 or barrier is not None or flush is not None:
+        if iters <= 0 or not getattr(calls, "capture", False):
             return super().run(calls, iters, start, barrier, flush)
         torch, n = self.torch, len(calls)
-        g_iters = min(iters, GRAPH_ITERATIONS)
+        Event = torch.cuda.Event
+        if barrier is not None or flush is not None or iters == 1:
+            pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]
+            for i in range(iters):
+                graph = self._graph(calls, start + i, 1)
+                if flush is not None:
+                    flush(i)
+                if barrier is not None:
+                    barrier()
+                pairs[i][0].record()
+                graph.replay()
+                pairs[i][1].record()
+            torch.cuda.synchronize()
+            self.graph_iterations, self.replays = 1, self.replays + iters
+            return np.round([a.elapsed_time(b) * 1e6 for a, b in pairs]).astype(np.int64)
+        g_iters = max(1, min(GRAPH_ITERATIONS, iters // MIN_REPLAYS))
         replays = math.ceil(iters / g_iters)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
+        graph = self._graph(calls, start, g_iters)
+        pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(replays)]
         torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(g_iters):
-                calls[(start + i) % n]()
-        torch.cuda.synchronize()
-        self.graph_iterations = g_iters
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
         for a, b in pairs:
             a.record()
             graph.replay()
             b.record()
         torch.cuda.synchronize()
-        self.replays = replays
+        self.graph_iterations, self.replays = g_iters, replays
         # one sample per replay: the replay's time divided by the iterations it holds
-        per_iteration_ns = [a.elapsed_time(b) * 1e6 / g_iters for a, b in pairs]
-        del graph
-        return np.round(per_iteration_ns).astype(np.int64)
+        return np.round([a.elapsed_time(b) * 1e6 / g_iters for a, b in pairs]).astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -207,8 +207,8 @@ class TorchBackend:
     def barrier(self) -> Callable[[], None]:
         d, g = self.dist, self.group
         if self.device == "cuda":
-            sync = self.torch.cuda.synchronize
-            return lambda: (sync(), d.barrier(group=g))
+            sync, ids = self.torch.cuda.synchronize, [self.torch.cuda.current_device()]
+            return lambda: (sync(), d.barrier(group=g, device_ids=ids))
         return lambda: d.barrier(group=g)
 
 
