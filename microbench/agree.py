@@ -53,7 +53,7 @@ def check_same_everywhere(reducer, what: str, value: dict) -> None:
     first = int(reducer.allreduce(np.array([reducer.rank if differs else reducer.size], dtype=np.int64), "min")[0])
     detail = None
     if reducer.rank == first:
-        keys = sorted(set(value) | set(ref[1]))
+        keys = list(value) + [k for k in ref[1] if k not in value]  # declaration order: options before derived
         diff = [k for k in keys if value.get(k) != ref[1].get(k)]
         key = diff[0] if diff else "?"
         detail = f"{key}: rank 0 has {ref[1].get(key)!r}, rank {first} has {value.get(key)!r}"

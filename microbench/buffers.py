@@ -73,20 +73,24 @@ class HostRegion:
             pass
 
 
-def huge_page_bytes(address: int) -> int | None:
-    """Bytes of the mapping at ``address`` backed by transparent huge pages (from /proc/self/smaps)."""
+def huge_page_bytes(addresses: list[int]) -> int | None:
+    """Bytes backed by transparent huge pages in the mappings holding ``addresses`` (/proc/self/smaps).
+
+    Each mapping counts once: the kernel may merge adjacent anonymous mappings (a pool's send and receive
+    regions) into one, whose AnonHugePages then covers both."""
+    found: dict[tuple[int, int], int] = {}
     try:
         with open("/proc/self/smaps") as f:
-            inside = False
+            current = None
             for line in f:
                 if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
                     lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                    inside = lo <= address < hi
-                elif inside and line.startswith("AnonHugePages:"):
-                    return int(line.split()[1]) * 1024
+                    current = (lo, hi) if any(lo <= a < hi for a in addresses) else None
+                elif current is not None and line.startswith("AnonHugePages:"):
+                    found[current] = int(line.split()[1]) * 1024
     except OSError:
         return None
-    return None
+    return sum(found.values()) if found else None
 
 
 def slot_stride(nbytes: int) -> int:
@@ -139,13 +143,12 @@ class BufferPool:
 
     def huge_page_bytes(self) -> int | None:
         """Bytes of this pool's buffers backed by huge pages, as the kernel reports them."""
-        total = None
-        for region in (self._send, self._recv):
-            if region is not None and region.nbytes >= (2 << 20):
-                hp = huge_page_bytes(region.address)
-                if hp is not None:
-                    total = (total or 0) + hp
-        return total if total is not None else 0
+        regions = [r for r in (self._send, self._recv) if r is not None and r.nbytes >= (2 << 20)]
+        if not regions:
+            return 0
+        hp = huge_page_bytes([r.address for r in regions])
+        # a merged mapping may reach beyond this pool: never report more than the pool holds
+        return min(hp, sum(r.nbytes for r in regions)) if hp is not None else 0
 
     def close(self) -> None:
         self.slots = []

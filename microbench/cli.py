@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output went away (| head): stop quietly, as SIGPIPE would
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001 - the last line of defence against a hung job

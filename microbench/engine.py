@@ -149,8 +149,10 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
     per_iteration = coll.per_iteration(ctx.window)
     calls = loop.prepare(calls)
     nslots = len(slots)
-    sync = barrier if settings.sync_barrier else None
     flush_each = settings.flush_each
+    # A flush before an iteration is followed by a barrier: otherwise a rank whose flush takes longer
+    # makes its peers wait inside their timed call, and the "untimed" flush is timed after all.
+    sync = barrier if (settings.sync_barrier or flush_each is not None) else None
 
     first_us = None
     position = 0
@@ -175,6 +177,9 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
         estimate_s = agree_max(float(np.mean(warm)) / 1e9)
         iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
 
+    begin_timed = getattr(loop, "begin_timed", None)  # CUDA graphs: capture only from here on
+    if begin_timed is not None:
+        begin_timed(calls)
     barrier()
     errors = None
     if settings.check:

@@ -48,10 +48,17 @@ def format_result_row(res: dict, extra=()) -> str:
 
 
 def progress_wanted(stream: TextIO | None = None) -> bool:
-    """Progress only for a person watching: the output is a terminal (or the --np parent saw one)."""
+    """Progress only for a person watching: the output is a terminal, or the --np parent saw one.
+
+    Under a launcher the rank cannot tell: Open MPI's mpiexec hands ranks a pseudo-terminal even when
+    the job's output goes to a file, so there the bar is off unless MICROBENCH_PROGRESS=1 asks for it."""
     stream = stream or sys.stdout
     if os.environ.get("MICROBENCH_PROGRESS") in ("0", "1"):
         return os.environ["MICROBENCH_PROGRESS"] == "1"
+    from microbench import launch
+
+    if launch.discover().under_launcher:
+        return False
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-memory", default="1G", metavar="SIZE",
                    help="bound on each rank's cold-cache pool (default 1G); a bounded pool that cannot evict is noted")
     g.add_argument("--flush", action="store_true",
-                   help="also write a buffer of twice the cache size before every iteration (untimed)")
+                   help="also write a buffer of twice the cache size, then a barrier, before every iteration (untimed)")
     g.add_argument("--first-call-samples", type=int, default=1, metavar="K",
                    help="time the first call at each size on K fresh buffer sets (default 1)")
     g = p.add_argument_group("transport and devices")

@@ -53,7 +53,7 @@ def run(args, argv: list[str]) -> int:
             for size in session.run_benchmark(COLLECTIVES[name]):
                 failed.append(f"{name} {size}")
         if opts.pairs:
-            session.run_pairs()
+            failed.extend(session.run_pairs())
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"

@@ -205,6 +205,8 @@ class Session:
         error = None
         try:
             validate_for_ranks(self.opts, self.nranks, self.local_ranks)
+            if self.rank == 0:
+                check_writable(self.opts)
             self.check_device_memory()
             for name in self.opts.benchmarks:
                 coll = COLLECTIVES[name]
@@ -269,8 +271,7 @@ class Session:
                 "huge_pages": o.huge_pages,
                 "thp": buffers.thp_mode(),
                 "page_size": buffers.page_size(),
-                "timer": getattr(self.loop, "timer", "host") == "host" and "CLOCK_MONOTONIC (time.perf_counter_ns)"
-                or f"CUDA events ({getattr(self.loop, 'timer')})",
+                "timer": _timer_text(self.loop),
                 "cpu": metadata.cpu_model(),
                 "cpus_per_rank": launch.cpu_count(),
                 "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
@@ -359,21 +360,28 @@ class Session:
             extra = (["cache"] if o.cache != "warm" else []) + (["first"] if o.first_call_samples > 1 else [])
             self.output.section({"benchmark": coll.name, "summary": coll.summary,
                                  "lines": self.section_lines(coll, dtype), "extra_columns": extra})
-        skipped = []
+        skipped, rounded, measured = [], [], set()
         for size in o.sizes_for(coll.name):
             plan = plan_size(coll, size, self.nranks, dtype, ctx.in_place)
             if plan is None:
                 skipped.append(size)
                 continue
+            if plan.size_bytes != size:
+                rounded.append(f"{size} -> {plan.size_bytes}")
+            if plan.size_bytes in measured:  # rounded onto a size already measured: one record per size
+                continue
+            measured.add(plan.size_bytes)
             self.watchdog.arm(f"{coll.name} at {plan.size_bytes} B")
             self._progress(f"{coll.name} {format_size(plan.size_bytes)}")
             for result in self.measure_size(coll, ctx, dtype, plan, size, timing):
                 if result.get("check") == "fail":
                     failed.append(f"{format_size(size)} ({result['cache']})" if o.cache == "both" else format_size(size))
                 self.output.result(result)
+        unit = f"{self.nranks} x {dtype.name}" if coll.count_multiple(self.nranks) > 1 else dtype.name
         if skipped and self.output:
-            unit = f"{self.nranks} x {dtype.name}" if coll.count_multiple(self.nranks) > 1 else dtype.name
             self.output.note(f"{coll.name}: sizes {', '.join(map(str, skipped))} B skipped (smaller than one {unit})")
+        if rounded and self.output:
+            self.output.note(f"{coll.name}: sizes rounded down to whole elements of {unit} (B): {', '.join(rounded)}")
         return self.reducer.bcast(failed, root=0)
 
     def pair_schedule(self):
@@ -381,9 +389,12 @@ class Session:
         members, labels, unit = pairs.choose_participants(self.hosts_by_rank)
         return members, labels, unit, pairs.serial(members) if self.opts.serial else pairs.round_robin(members)
 
-    def run_pairs(self) -> None:
-        """The pairwise link test: a latency and a bandwidth matrix over every pair of participants."""
+    def run_pairs(self) -> list[str]:
+        """The pairwise link test: a latency and a bandwidth matrix over every pair of participants.
+
+        Returns the metrics whose --check failed."""
         o = self.opts
+        failed: list[str] = []
         members, labels, unit, schedule = self.pair_schedule()
         index = {rank: i for i, rank in enumerate(members)}
         for metric, coll, size in (("latency", COLLECTIVES["latency"], o.pair_sizes[0]),
@@ -391,8 +402,9 @@ class Session:
             dtype = dtype_for(o, coll)
             plan = plan_size(coll, size, self.nranks, dtype, False)
             iters, warmup = self.counts(coll, plan.size_bytes)
-            settings = engine.LoopSettings(iterations=iters, warmup=warmup, first_call=False)
+            settings = engine.LoopSettings(iterations=iters, warmup=warmup, check=o.check, first_call=False)
             matrix: list[list[float | None]] = [[None] * len(members) for _ in members]
+            check_errors = 0
             started = time.perf_counter()
             for number, round_pairs in enumerate(schedule, 1):
                 partner = {a: (b, True) for a, b in round_pairs} | {b: (a, False) for a, b in round_pairs}
@@ -407,6 +419,7 @@ class Session:
                                        lambda v: v, plan.size_bytes, timing=initiator, **self._copies(pool))
                 finally:
                     pool.close()
+                check_errors += m.check_errors or 0
                 value = float(np.median(m.samples_us)) if initiator else None
                 cells = self.reducer.gather((peer, value) if initiator else None)
                 if self.rank == 0:
@@ -415,9 +428,17 @@ class Session:
                             i, j = index[rank], index[cell[0]]
                             v = cell[1] if metric == "latency" else stats.bandwidth_gbps(plan.size_bytes, cell[1])
                             matrix[i][j] = matrix[j][i] = v
+            check = None
+            if o.check:
+                errors = int(self.reducer.allreduce(np.array([check_errors], dtype=np.int64), "sum")[0])
+                check = "pass" if errors == 0 else "fail"
+                if errors:
+                    failed.append(f"pairs {metric}")
             if self.rank == 0:
-                self.output.result(self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit,
-                                                      schedule, iters, warmup, loop.kind, started))
+                record = self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit, schedule,
+                                            iters, warmup, loop.kind, started)
+                self.output.result({**record, "check": check})
+        return failed
 
     def _pairs_record(self, metric, coll, plan, dtype, matrix, members, labels, unit, schedule, iters, warmup,
                       loop_kind, started) -> dict:
@@ -498,6 +519,10 @@ class Session:
             uses = (1 if first_call else 0) + warmup + (iters if o.time_budget is None else 10**9)
             pool_plan = plan_pool(plan.send_count * item, plan.recv_count * item, self.cache_bytes, uses,
                                   o.max_memory)
+        if pool_plan is not None and not pool_plan.evicts and self.output:
+            self.output.note(f"{coll.name} at {format_size(plan.size_bytes)}: the cold pool ({pool_plan.slots} slots, "
+                             f"{format_bytes(pool_plan.pool_bytes)}, bounded by --max-memory) touches less than "
+                             f"twice the cache per trip, so this size is not fully cold")
         flush = self.make_flush() if (mode == "cold" or o.flush) else None
         settings = engine.LoopSettings(iterations=iters, warmup=warmup, check=o.check,
                                        sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget,
@@ -564,11 +589,12 @@ class Session:
             "check": check,
             "first_call_us": first,
             "loop": loop.kind,
-            "timer": getattr(loop, "timer", "host"),
+            "timer": "host" if getattr(loop, "timer", "host") == "tsc" and (o.check or o.sync == "barrier" or o.flush)
+            else getattr(loop, "timer", "host"),
             "device": self.device.kind,
             "buffer": o.buffer,
             "cache": mode,
-            "cache_bytes": self.cache_bytes if (mode == "cold" or o.flush) else None,
+            "cache_bytes": self.cache_bytes,
             "pool_bytes": pool_plan.pool_bytes if pool_plan else plan.send_count * item + plan.recv_count * item,
             "pool_slots": pool_plan.slots if pool_plan else 1,
             "cache_evicts": pool_plan.evicts if pool_plan else None,
@@ -658,3 +684,31 @@ def _factor_text(coll: Collective) -> str:
     if abs(f4 - 0.75) < 1e-9:
         return "(n-1)/n"
     return text.get(f4, f"{f4:g}")
+
+
+def _timer_text(loop) -> str:
+    """The run record's description of the clock behind the samples."""
+    timer = getattr(loop, "timer", "host")
+    if timer == "host":
+        return "CLOCK_MONOTONIC (time.perf_counter_ns)"
+    if timer == "tsc":
+        return (f"TSC in the native lean loop ({loop.ns_per_tick:.6f} ns/tick against CLOCK_MONOTONIC), "
+                f"CLOCK_MONOTONIC elsewhere")
+    return f"CUDA events ({timer})"
+
+
+def check_writable(opts: RunOptions) -> None:
+    """Rank 0, before anything is measured: every output file can be opened for appending."""
+    import os
+
+    for flag, path in (("--out", opts.out), ("--csv", opts.csv), ("--samples", opts.samples)):
+        if not path:
+            continue
+        try:
+            folder = os.path.dirname(os.path.abspath(path))
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "a"):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+

@@ -1,4 +1,4 @@
-"""Message-size grammar: ``8``, ``4K``, ``1M``, ``1G``; ``MIN:MAX`` doubling; comma lists.
+"""Message-size grammar: ``8``, ``4K``, ``1M``, ``1G``, ``1T``; ``MIN:MAX`` doubling; comma lists.
 
 Suffixes are powers of two (K = 1024 bytes), case-insensitive, optionally followed by
 ``B`` or ``iB`` (``4K``, ``4KB``, ``4KiB`` are all 4096 bytes). ``:MAX`` starts at 1 byte.
@@ -22,7 +22,7 @@ def parse_size(text: str) -> int:
     """Parse one size such as ``8``, ``4K`` or ``1MiB`` into bytes."""
     m = _SIZE_RE.match(text)
     if not m:
-        raise UsageError(f"bad size {text!r}: expected a whole number of bytes with an optional K, M or G suffix")
+        raise UsageError(f"bad size {text!r}: expected a whole number of bytes with an optional K, M, G or T suffix")
     value = int(m.group(1)) * _UNITS[m.group(2).upper()]
     if value < 1:
         raise UsageError(f"bad size {text!r}: sizes start at 1 byte")
@@ -55,7 +55,7 @@ def parse_sizes(text: str) -> list[int]:
 
 def format_size(nbytes: int) -> str:
     """Short human form of a byte count: 512, 4K, 1M, 1536 (exact values only)."""
-    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    for suffix, unit in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if nbytes >= unit and nbytes % unit == 0:
             return f"{nbytes // unit}{suffix}"
     return str(nbytes)

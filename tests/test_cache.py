@@ -115,3 +115,29 @@ def test_flush_between_iterations_is_recorded(tmp_path):
 def test_bad_cache_size_is_a_usage_error():
     proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "--cache", "cold", "--cache-size", "lots")
     assert proc.returncode == 2 and "bad size 'lots'" in proc.stderr
+
+
+def test_huge_page_bytes_never_exceed_the_pool():
+    # the kernel may merge the send and receive mappings into one; each must not report the whole of it
+    import numpy as np
+
+    from microbench.buffers import BufferPool
+
+    pool = BufferPool(4 * MiB, 4 * MiB, np.dtype(np.uint8), nslots=1, policy="on")
+    try:
+        for slot in pool.slots:
+            slot.send[...] = 1
+            slot.recv[...] = 2
+        assert 0 <= pool.huge_page_bytes() <= 8 * MiB + 2 * 4096
+    finally:
+        pool.close()
+
+
+def test_note_for_a_bounded_pool_that_cannot_evict(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "1M", "-i", "20", "--cache", "cold", "--cache-size", "8M",
+                      "--max-memory", "1M", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    r = results_of(out)[0]
+    assert r["cache_evicts"] is False
+    assert "# note: allreduce at 1M: the cold pool" in proc.stdout and "not fully cold" in proc.stdout

@@ -89,3 +89,18 @@ def test_exception_on_one_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
     assert sizes == [8, 16]
     # every line on disk is whole JSON
     assert read_jsonl(out)[0]["type"] == "run"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--csv", "--samples"])
+def test_unwritable_output_is_refused_before_measuring(flag):
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", flag, "/proc/microbench/r.out", timeout=QUICK)
+    assert_one_error(proc, f"{flag} /proc/microbench/r.out: cannot write there")
+    assert "# allreduce" not in proc.stdout  # nothing was measured
+
+
+def test_broken_pipe_ends_quietly():
+    # `microbench ... | head -1`: the reader goes away; no "unexpected error" line, no traceback
+    proc = run_process(["bash", "-c", f"'{sys.executable}' -m microbench workload --model 13B --scheme zero3 --dp 8 "
+                                      f"| head -1"], timeout=QUICK)
+    assert proc.returncode == 0 and proc.stdout.strip()
+    assert "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr

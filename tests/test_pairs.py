@@ -108,3 +108,17 @@ def test_pairs_results_become_heatmaps(tmp_path):
     assert pngs == [f"pairs-bandwidth-{run_id}.png", f"pairs-latency-{run_id}.png"]
     for p in (tmp_path / "fig").glob("pairs-*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_pairs_check_passes_and_catches_corruption(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "4", "pairs", "-m", "8,4K", "-i", "5", "-x", "1", "-c", "--out", str(out),
+                      timeout=180)
+    assert proc.returncode == 0, proc.output
+    assert [(r["metric"], r["check"]) for r in results_of(out)] == [("latency", "pass"), ("bandwidth", "pass")]
+    bad = tmp_path / "bad.jsonl"
+    proc = microbench("run", "--np", "4", "pairs", "-m", "8,4K", "-i", "5", "-x", "1", "-c", "--out", str(bad),
+                      env={"MICROBENCH_TEST_CORRUPT": "2:latency:8"}, timeout=180)
+    assert proc.returncode == 1, proc.output
+    assert [(r["metric"], r["check"]) for r in results_of(bad)] == [("latency", "fail"), ("bandwidth", "pass")]
+    assert "check FAILED: pairs latency" in proc.stderr

@@ -249,3 +249,18 @@ def test_sizes_from_a_workload_measure_exactly_its_sizes(tmp_path):
     assert bad.returncode == 2 and "give one" in bad.stderr
     missing = microbench("run", "--np", "2", "bw", "--sizes-from", str(workload))
     assert missing.returncode == 2 and "has no messages for bw" in missing.stderr
+
+
+def test_sizes_rounded_onto_one_element_count_give_one_record(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "5,6,7,9", "-i", "5", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    assert [r["size_bytes"] for r in results_of(out)] == [4, 8]
+    assert "sizes rounded down to whole elements of float32 (B): 5 -> 4, 6 -> 4, 7 -> 4, 9 -> 8" in proc.stdout
+
+
+def test_no_progress_bar_under_a_launcher(tmp_path):
+    # Open MPI hands ranks a pseudo-terminal even when the job's output is a pipe or a file
+    proc = mpiexec(2, "run", "allreduce", "-m", "8:64", "-i", "10", env={"MICROBENCH_PROGRESS": ""})
+    assert proc.returncode == 0, proc.output
+    assert "\r" not in proc.stdout and "sizes [" not in proc.output
