@@ -94,14 +94,20 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (torch.cuda.is_ava
 def test_single_rank_nccl_with_cuda_events_and_graph(tmp_path):
     if not torch.distributed.is_nccl_available():
         pytest.skip("this torch build has no NCCL")
-    for extra in ([], ["--cuda-graph"]):
+    # allgather is out of place, so even one rank's graph holds work (a copy); allreduce is in place: empty
+    for extra in ([], ["--cuda-graph"], ["--cuda-graph", "-c"]):
         out = tmp_path / f"r{len(extra)}.jsonl"
-        proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "allreduce", "broadcast", "-m", "8,1M",
-                        "-i", "200", "-c", *extra, "--out", str(out))
+        proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "allgather", "allreduce", "-m", "8,1M",
+                        "-i", "200", *extra, "--out", str(out))
         assert proc.returncode == 0, proc.output
         res = results_of(out)
-        assert all(r["device"] == "cuda" and r["torch_backend"] == "nccl" and r["check"] == "pass" for r in res)
+        assert all(r["device"] == "cuda" and r["torch_backend"] == "nccl" for r in res)
+        assert all(r["check"] == ("pass" if "-c" in extra else None) for r in res)
         assert all(r["timer"] == ("cuda_graph" if extra else "cuda_events") for r in res)
+        if extra:  # 200 iterations: graphs of 20 replayed 10 times; under --check one-call graphs, one per iteration
+            per_replay = 1 if "-c" in extra else 20
+            assert all(r["cuda_graph"] == {"iterations_per_replay": per_replay, "replays": 200 // per_replay}
+                       for r in res)
         assert read_jsonl(out)[0]["torch"]["nccl_version"]
 
 
