@@ -174,7 +174,16 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
             warm = np.concatenate([warm, loop.run(calls, extra, start=position, barrier=sync, flush=flush_each)])
             warmup += extra
             position += extra
-        estimate_s = agree_max(float(np.mean(warm)) / 1e9)
+        per_iteration_s = float(np.mean(warm)) / 1e9
+        if settings.check:  # a checked iteration also fills, copies and verifies its slot (untimed, but it takes time)
+            k = position % nslots
+            t0 = time.perf_counter()
+            coll.fill(slots[k], ctx, 0)
+            push(k)
+            pull(k)
+            coll.verify(slots[k], ctx, 0)
+            per_iteration_s += time.perf_counter() - t0
+        estimate_s = agree_max(per_iteration_s)
         iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
 
     begin_timed = getattr(loop, "begin_timed", None)  # CUDA graphs: capture only from here on

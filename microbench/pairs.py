@@ -9,7 +9,8 @@ Each cell is the p50 of that pair's per-iteration samples: latency (half the rou
 size of ``-m``, bandwidth (osu_bw's window, size / per-message time) at the largest. Outliers are cells
 whose modified z-score, 0.6745 (x - median) / MAD over all cells, exceeds ``OUTLIER_Z`` in the bad direction
 (slower latency, lower bandwidth); MAD is floored at 5 % of the median, so a uniform matrix (or noise of a few per cent) flags
-nothing.
+nothing. A bad node (not one link) spoils a whole row, which with few nodes can move the median of all cells
+itself; ``node_outliers`` applies the same rule to each participant's row median instead.
 """
 
 from __future__ import annotations
@@ -72,13 +73,34 @@ def outliers(matrix: list[list[float | None]], higher_is_worse: bool, z_limit: f
     cells = [(i, j, v) for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
     if len(cells) < 3:
         return [], {"median": None, "mad": None, "z_limit": z_limit, "cells": len(cells)}
-    values = [v for _, _, v in cells]
+    flagged, rule = _flag([v for _, _, v in cells], higher_is_worse, z_limit)
+    found = [Outlier(cells[k][0], cells[k][1], cells[k][2], z) for k, z in flagged]
+    return found, {**rule, "cells": len(cells)}
+
+
+def _flag(values: list[float], higher_is_worse: bool, z_limit: float) -> tuple[list[tuple[int, float]], dict]:
+    """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule."""
     med = statistics.median(values)
     mad = max(statistics.median(abs(v - med) for v in values), _MAD_FLOOR * abs(med))
     found = []
-    for i, j, v in cells:
+    for k, v in enumerate(values):
         z = 0.6745 * (v - med) / mad if mad > 0 else 0.0
         if (z > z_limit) if higher_is_worse else (z < -z_limit):
-            found.append(Outlier(i, j, v, z))
+            found.append((k, z))
     bound = med + (1 if higher_is_worse else -1) * z_limit * mad / 0.6745
-    return found, {"median": med, "mad": mad, "z_limit": z_limit, "threshold": bound, "cells": len(cells)}
+    return found, {"median": med, "mad": mad, "z_limit": z_limit, "threshold": bound}
+
+
+def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
+                  z_limit: float = OUTLIER_Z) -> tuple[list[tuple[int, float, float]], dict]:
+    """Participants whose row median (their links to everyone else) is an outlier among all row medians.
+
+    Returns [(participant index, row median, z)] and the rule's numbers; needs at least 4 participants."""
+    rows = [[v for j, v in enumerate(row) if j != i and v is not None] for i, row in enumerate(matrix)]
+    medians = [statistics.median(r) if r else None for r in rows]
+    known = [(i, m) for i, m in enumerate(medians) if m is not None]
+    if len(known) < 4:
+        return [], {"median": None, "mad": None, "z_limit": z_limit, "nodes": len(known)}
+    found, rule = _flag([m for _, m in known], higher_is_worse, z_limit)
+    return [(known[k][0], known[k][1], z) for k, z in found], {**rule, "nodes": len(known)}
+

@@ -443,6 +443,7 @@ class Session:
     def _pairs_record(self, metric, coll, plan, dtype, matrix, members, labels, unit, schedule, iters, warmup,
                       loop_kind, started) -> dict:
         found, rule = pairs.outliers(matrix, higher_is_worse=(metric == "latency"))
+        bad_nodes, node_rule = pairs.node_outliers(matrix, higher_is_worse=(metric == "latency"))
         values = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
         lat_values = values if metric == "latency" else [plan.size_bytes / (v * 1e9) * 1e6 for v in values]
         lat = {"avg": float(np.mean(lat_values)), "min": min(lat_values), "max": max(lat_values),
@@ -465,6 +466,10 @@ class Session:
                           "z": round(o.z, 2)} for o in found],
             "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs",
                              "direction": "above" if metric == "latency" else "below", **rule},
+            "node_outliers": [{"index": i, "label": labels[i], "row_median": m, "z": round(z, 2)}
+                              for i, m, z in bad_nodes],
+            "node_outlier_rule": {"statistic": "the same rule over each participant's row median",
+                                  "direction": "above" if metric == "latency" else "below", **node_rule},
             "time_utc": metadata.utc_now(), "wall_s": round(time.perf_counter() - started, 4),
         }
 

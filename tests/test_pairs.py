@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from conftest import microbench, results_of
-from microbench.pairs import choose_participants, outliers, round_robin, serial
+from microbench.pairs import choose_participants, node_outliers, outliers, round_robin, serial
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9])
@@ -65,6 +65,18 @@ def test_uniform_matrix_flags_nothing():
     assert outliers([[None, 1.0], [1.0, None]], higher_is_worse=True)[1]["median"] is None  # too few pairs
 
 
+def test_a_bad_node_is_flagged_by_its_row():
+    # node 2 of 4 is slow on all three of its links: half the cells are bad, so no single link stands out
+    m = _matrix(4, 2.0)
+    for j in (0, 1, 3):
+        m[2][j] = m[j][2] = 6.0
+    assert outliers(m, higher_is_worse=True)[0] == []
+    found, rule = node_outliers(m, higher_is_worse=True)
+    assert [(i, row_median) for i, row_median, _ in found] == [(2, 6.0)] and rule["nodes"] == 4
+    assert node_outliers(_matrix(6, 2.0, bad=(1, 4), bad_value=6.0), higher_is_worse=True)[0] == []  # one link
+    assert node_outliers(_matrix(3, 2.0), higher_is_worse=True)[1]["median"] is None  # too few nodes
+
+
 @pytest.mark.parametrize("schedule", ["round-robin", "serial"])
 def test_pairs_matrix_on_four_ranks(schedule, tmp_path):
     out = tmp_path / "r.jsonl"
@@ -88,6 +100,7 @@ def test_pairs_matrix_on_four_ranks(schedule, tmp_path):
         assert r["schedule"] == schedule and r["rounds"] == (3 if schedule == "round-robin" else 6)
         assert r["matrix_unit"] == ("us" if r["metric"] == "latency" else "GB/s")
         assert isinstance(r["outliers"], list) and r["outlier_rule"]["cells"] == 6
+        assert isinstance(r["node_outliers"], list) and r["node_outlier_rule"]["nodes"] == 4
         assert r["latency_us"]["samples"] == 6
     assert "# pairs: latency" in proc.stdout and "# pairs: bandwidth" in proc.stdout
 
