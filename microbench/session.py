@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import sys
@@ -594,8 +595,7 @@ class Session:
             "check": check,
             "first_call_us": first,
             "loop": loop.kind,
-            "timer": "host" if getattr(loop, "timer", "host") == "tsc" and (o.check or o.sync == "barrier" or o.flush)
-            else getattr(loop, "timer", "host"),
+            "timer": getattr(loop, "last_timer", None) or getattr(loop, "timer", "host"),
             "device": self.device.kind,
             "buffer": o.buffer,
             "cache": mode,
@@ -704,8 +704,6 @@ def _timer_text(loop) -> str:
 
 def check_writable(opts: RunOptions) -> None:
     """Rank 0, before anything is measured: every output file can be opened for appending."""
-    import os
-
     for flag, path in (("--out", opts.out), ("--csv", opts.csv), ("--samples", opts.samples)):
         if not path:
             continue
@@ -716,4 +714,3 @@ def check_writable(opts: RunOptions) -> None:
                 pass
         except OSError as exc:
             raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
-

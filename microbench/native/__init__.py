@@ -199,6 +199,7 @@ class NativeLoop:
         self.lib = lib
         self.ns_per_tick = lib.mb_calibrate(1 if invariant_tsc() else 0, 20)
         self.timer = "tsc" if self.ns_per_tick > 0 else "host"
+        self.last_timer = self.timer  #: the clock of the latest run (mb_run reads the TSC in its lean mode only)
 
     def prepare(self, calls):
         array = (MbCall * len(calls))(*[c.struct for c in calls])
@@ -210,6 +211,7 @@ class NativeLoop:
             return out
         array, ncalls, _ = prepared
         flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
+        self.last_timer = self.timer if barrier is None and flush is None else "host"
         rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier is not None else 0, flush_ptr, flush_bytes,
                              out.ctypes.data)
         if rc != 0:
