@@ -18,6 +18,7 @@ import numpy as np
 
 from microbench.collectives import Collective, Context
 
+_STAMP_PREFILL = 1 << 40  #: stand-in stamps of the same int size as perf_counter_ns values
 LARGE_MESSAGE_BYTES = 8192  #: above this size the smaller "large" iteration counts apply (as OMB)
 
 #: (iterations, warmup) for small and large messages, OMB's defaults per benchmark family.
@@ -61,7 +62,10 @@ class PythonLoop:
         clock = time.perf_counter_ns
         ncalls = len(calls)
         if barrier is None and flush is None:
-            stamps = [0] * (iters + 1)
+            # One int object per stamp, allocated here: each stamp the loop stores then frees one of these
+            # and the next clock read reuses its memory, so the timed loop touches no fresh page (a list of
+            # zeros would grow the allocator's arenas inside the loop: about 80 page faults per 10000).
+            stamps = list(range(_STAMP_PREFILL, _STAMP_PREFILL + iters + 1))
             if ncalls == 1:
                 call = calls[0]
                 stamps[0] = clock()
@@ -79,6 +83,7 @@ class PythonLoop:
                     i += 1
             return np.diff(np.asarray(stamps, dtype=np.int64))
         out = np.empty(iters, dtype=np.int64)
+        out.fill(0)  # touch every page before timing
         for i in range(iters):
             call = calls[(start + i) % ncalls]
             if flush is not None:
@@ -162,50 +167,57 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
         position = 1
     if settings.flush_before is not None:
         settings.flush_before()
-        barrier()
 
     warmup = settings.warmup
-    warm = loop.run(calls, warmup, start=position, barrier=sync, flush=flush_each)
-    position += warmup
     iterations = settings.iterations
-    if settings.time_budget_s is not None:
-        extra = max(0, 3 - len(warm))
-        if extra:
-            warm = np.concatenate([warm, loop.run(calls, extra, start=position, barrier=sync, flush=flush_each)])
-            warmup += extra
-            position += extra
-        per_iteration_s = float(np.mean(warm)) / 1e9
-        if settings.check:  # a checked iteration also fills, copies and verifies its slot (untimed, but it takes time)
-            k = position % nslots
-            t0 = time.perf_counter()
-            coll.fill(slots[k], ctx, 0)
-            push(k)
-            pull(k)
-            coll.verify(slots[k], ctx, 0)
-            per_iteration_s += time.perf_counter() - t0
-        estimate_s = agree_max(per_iteration_s)
-        iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
-
     begin_timed = getattr(loop, "begin_timed", None)  # CUDA graphs: capture only from here on
-    if begin_timed is not None:
-        begin_timed(calls)
-    barrier()
     errors = None
-    if settings.check:
-        errors = 0
-        durations = np.empty(iterations, dtype=np.int64)
-        corrupt = _corrupt_hook(coll.name, size_bytes, ctx.rank)
-        for i in range(iterations):
-            k = (position + i) % nslots
-            coll.fill(slots[k], ctx, i)
-            push(k)
-            durations[i] = loop.run(calls, 1, start=k, barrier=sync, flush=flush_each)[0]
-            pull(k)
-            if corrupt:
-                _result_array(slots[k]).reshape(-1).view(np.uint8)[-1] ^= 0xFF
-            errors += coll.verify(slots[k], ctx, i)
+    if settings.time_budget_s is None and begin_timed is None and not settings.check:
+        # As OMB and a C loop do: one barrier, then warmup and timed iterations back to back in one loop
+        # (the warmup's durations are dropped). A barrier between them would put its exit skew across
+        # ranks, and the call into the loop, into the first timed iteration (about 15 us at 8 B here).
+        barrier()
+        durations = loop.run(calls, warmup + iterations, start=position, barrier=sync, flush=flush_each)[warmup:]
     else:
-        durations = loop.run(calls, iterations, start=position % nslots, barrier=sync, flush=flush_each)
+        barrier()
+        warm = loop.run(calls, warmup, start=position, barrier=sync, flush=flush_each)
+        position += warmup
+        if settings.time_budget_s is not None:
+            extra = max(0, 3 - len(warm))
+            if extra:
+                warm = np.concatenate([warm, loop.run(calls, extra, start=position, barrier=sync, flush=flush_each)])
+                warmup += extra
+                position += extra
+            per_iteration_s = float(np.mean(warm)) / 1e9
+            if settings.check:  # a checked iteration also fills, copies and verifies its slot (untimed, but it takes time)
+                k = position % nslots
+                t0 = time.perf_counter()
+                coll.fill(slots[k], ctx, 0)
+                push(k)
+                pull(k)
+                coll.verify(slots[k], ctx, 0)
+                per_iteration_s += time.perf_counter() - t0
+            estimate_s = agree_max(per_iteration_s)
+            iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
+
+        if begin_timed is not None:
+            begin_timed(calls)
+        barrier()
+        if settings.check:
+            errors = 0
+            durations = np.empty(iterations, dtype=np.int64)
+            corrupt = _corrupt_hook(coll.name, size_bytes, ctx.rank)
+            for i in range(iterations):
+                k = (position + i) % nslots
+                coll.fill(slots[k], ctx, i)
+                push(k)
+                durations[i] = loop.run(calls, 1, start=k, barrier=sync, flush=flush_each)[0]
+                pull(k)
+                if corrupt:
+                    _result_array(slots[k]).reshape(-1).view(np.uint8)[-1] ^= 0xFF
+                errors += coll.verify(slots[k], ctx, i)
+        else:
+            durations = loop.run(calls, iterations, start=position % nslots, barrier=sync, flush=flush_each)
 
     if len(durations) == 0:
         durations = np.zeros(0, dtype=np.int64)

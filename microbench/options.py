@@ -267,12 +267,16 @@ def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
 
 
 def preflight_local(opts: RunOptions) -> None:
-    """Checks the --np parent can make on this host before it starts any rank (the ranks check again)."""
-    if opts.backend == "torch":
-        from microbench.backends.torch_dist import resolve_backend
+    """Checks the --np parent can make on this host before it starts any rank (the ranks check again).
 
-        resolve_backend(opts.torch_backend, opts.device)
+    Same order as the ranks (Session.setup_transport: device, then transport), so that a run refused
+    here and one refused under a launcher give the same error.
+    """
     if opts.device == "cuda":
         from microbench.device import cuda_runtime
 
         cuda_runtime(opts.buffer if opts.backend == "mpi" else "torch")
+    if opts.backend == "torch":
+        from microbench.backends.torch_dist import resolve_backend
+
+        resolve_backend(opts.torch_backend, opts.device)

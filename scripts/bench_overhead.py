@@ -8,7 +8,10 @@ same mpiexec and environment:
   back-to-back MPI_Allreduce loop), timed as one interval over all iterations;
 - ``native`` / ``python``: ``microbench run --loop native|python`` (avg latency from the record);
 - ``mpi4py-bench``: ``python -m mpi4py.bench pingpong`` (latency only; half round trip, its own loop);
-- ``mpi4py-loop``: the obvious mpi4py loop, ``comm.Allreduce(a, b)`` on numpy arrays (allreduce only).
+- ``mpi4py-loop``: the obvious mpi4py loop, ``comm.Allreduce(a, b)`` on numpy arrays (allreduce only);
+- ``python-floor``: scripts/native_reference/python_floor.py, the leanest CPython loop there is (libmpi
+  called through ctypes with pre-bound arguments, one interval, no clock per iteration). It is the floor
+  for any Python loop: its ratio to ``c`` is what the interpreter alone costs.
 
 Each variant's figure per launch is its average latency (us); the report gives, per benchmark and size,
 the median over launches and the ratio of medians to the C reference. It also times the default sweep of
@@ -106,6 +109,12 @@ def measure_mpi4py_bench(prefix, env, size):
     return float(row.split("|")[1].split()[0]) * 1e6
 
 
+def measure_python_floor(prefix, env, bench, size):
+    script = HERE / "native_reference" / "python_floor.py"
+    line = run([*prefix, sys.executable, str(script), bench, str(size), str(ITERATIONS[bench]), str(WARMUP)], env)
+    return json.loads(line.strip().splitlines()[-1])["avg_us"]
+
+
 def measure_mpi4py_loop(prefix, env, size):
     text = run([*prefix, sys.executable, "-c", MPI4PY_LOOP, str(size), str(ITERATIONS["allreduce"]), str(WARMUP)], env)
     return float(text.strip().splitlines()[-1])
@@ -126,13 +135,15 @@ def main() -> int:
         exe = build_reference(tmp, lib)
         rng = random.Random(1)
         for round_ in range(args.launches):
-            jobs = ["c", "native", "python", "mpi4py-bench", "mpi4py-loop"]
+            jobs = ["c", "native", "python", "mpi4py-bench", "mpi4py-loop", "python-floor"]
             rng.shuffle(jobs)
             for job in jobs:
-                if job == "c":
+                if job in ("c", "python-floor"):
                     for bench in ("latency", "allreduce"):
                         for size in SIZES:
-                            samples.setdefault((job, bench, size), []).append(measure_c(exe, prefix, env, bench, size))
+                            v = (measure_c(exe, prefix, env, bench, size) if job == "c"
+                                 else measure_python_floor(prefix, env, bench, size))
+                            samples.setdefault((job, bench, size), []).append(v)
                 elif job in ("native", "python"):
                     for (bench, size), v in measure_microbench(job, prefix, env, tmp).items():
                         samples.setdefault((job, bench, size), []).append(v)
@@ -158,7 +169,7 @@ def main() -> int:
     for bench in ("latency", "allreduce"):
         for size in SIZES:
             ref = statistics.median(samples[("c", bench, size)])
-            for variant in ("c", "native", "python", "mpi4py-bench", "mpi4py-loop"):
+            for variant in ("c", "native", "python", "python-floor", "mpi4py-bench", "mpi4py-loop"):
                 vals = samples.get((variant, bench, size))
                 if not vals:
                     continue

@@ -68,14 +68,15 @@ def test_torch_corruption_is_caught(tmp_path):
 
 def test_missing_backend_and_device_are_refused_clearly():
     if not torch.distributed.is_nccl_available():
-        proc = microbench("run", "--np", "2", "--backend", "torch", "--torch-backend", "nccl", "--device", "cuda",
-                          "-m", "8")
+        proc = microbench("run", "--np", "2", "--backend", "torch", "--torch-backend", "nccl", "-m", "8")
         assert proc.returncode != 0 and "no nccl backend" in proc.stderr
         assert proc.stderr.count("microbench: error:") == 1
     if not HAS_CUDA:
-        proc = microbench("run", "--np", "2", "--backend", "torch", "--torch-backend", "gloo", "--device", "cuda",
-                          "-m", "8")
-        assert proc.returncode == 1 and "no CUDA device" in proc.stderr
+        # the same refusal, in the same words and status, whether --np or a launcher started the ranks
+        args = ["run", "--backend", "torch", "--device", "cuda", "-m", "8"]
+        for proc in (microbench(*args[:1], "--np", "2", *args[1:]), mpiexec(2, *args)):
+            assert proc.returncode == 1, proc.output
+            assert "no CUDA device" in proc.stderr and proc.stderr.count("microbench: error:") == 1
     proc = microbench("run", "--np", "2", "--cuda-graph", "-m", "8")
     assert proc.returncode == 2 and "--cuda-graph" in proc.stderr
 

@@ -167,8 +167,10 @@ class MPIReducer:
 class MPIBackend:
     """Benchmark primitives on an mpi4py communicator (host numpy buffers).
 
-    Buffers are passed to mpi4py as ``[array, count, datatype]`` so that it does not derive the
-    datatype from the array's format on every call (that costs about 1 us per call in mpi4py 4).
+    Buffers are passed to mpi4py as ``(memory, count, datatype)`` so that it does not derive the
+    datatype from the array's format on every call (that costs about 1 us per call in mpi4py 4). For
+    host arrays ``memory`` is an ``MPI.buffer`` over the array: mpi4py reads its address without
+    numpy's buffer export, about 0.06 us less per call at 8 B (device arrays are passed as they are).
     """
 
     name = "mpi"
@@ -185,7 +187,8 @@ class MPIBackend:
         """mpi4py buffer spec; None for a buffer this rank does not have (numpy, cupy or torch CUDA arrays)."""
         if arr is None:
             return None
-        return [arr, _elements(arr) if count is None else count, self.mpi_type(arr)]
+        memory = self.MPI.buffer(arr) if isinstance(arr, np.ndarray) else arr
+        return (memory, _elements(arr) if count is None else count, self.mpi_type(arr))
 
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this MPI cannot run the dtype (None when it can), probed with a 1-element call."""

@@ -1,0 +1,84 @@
+"""The leanest CPython loop over MPI that can be written: a floor for any Python timing loop.
+
+    mpiexec -n 2 python python_floor.py latency|allreduce SIZE ITERATIONS WARMUP
+
+It calls the libmpi that mpi4py loaded directly through ``ctypes.PyDLL`` (no mpi4py argument parsing,
+no GIL release), with every argument converted once and bound (functools.partial) before the loop, and times the loop as one interval
+like reference.c (no clock read per iteration). Whatever this costs above reference.c is the price of
+the CPython interpreter and its foreign-function call alone, so no Python loop, mpi4py's included, can
+be cheaper than this. Same buffers (page-aligned, written), same benchmarks and same output line as
+reference.c: half the ping-pong round trip on rank 0, or the mean across ranks of the per-rank mean
+MPI_Allreduce latency (float, sum), in microseconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import sys
+import time
+
+from mpi4py import MPI
+
+from microbench.backends.mpi import _loaded_libmpi
+
+
+def handle(obj):
+    """An mpi4py object's MPI handle as a ctypes value of the library's handle width (int or pointer)."""
+    value = MPI._handleof(obj)
+    return ctypes.c_int(value) if MPI._sizeof(obj) == 4 else ctypes.c_void_p(value)
+
+
+def main() -> int:
+    bench, nbytes, iters, warmup = sys.argv[1], *(int(x) for x in sys.argv[2:5])
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    lib = ctypes.PyDLL(_loaded_libmpi())
+    sbuf, rbuf = MPI.memory.allocate(max(nbytes, 1) + 4096), MPI.memory.allocate(max(nbytes, 1) + 4096)
+    saddr = ctypes.c_void_p((MPI.memory(sbuf).address + 4095) // 4096 * 4096)
+    raddr = ctypes.c_void_p((MPI.memory(rbuf).address + 4095) // 4096 * 4096)
+    ctypes.memset(saddr, 1, nbytes)
+    ctypes.memset(raddr, 0, nbytes)
+    mpi_comm = handle(comm)
+    clock = time.perf_counter
+    if bench == "latency":
+        send, recv = lib.MPI_Send, lib.MPI_Recv
+        count, byte, peer, tag = ctypes.c_int(nbytes), handle(MPI.BYTE), ctypes.c_int(1 - rank), ctypes.c_int(1)
+        status = ctypes.create_string_buffer(256)  # room for any library's MPI_Status
+        status_ptr = ctypes.cast(status, ctypes.c_void_p)
+        send_call = functools.partial(send, saddr, count, byte, peer, tag, mpi_comm)
+        recv_call = functools.partial(recv, raddr, count, byte, peer, tag, mpi_comm, status_ptr)
+        first, second = (send_call, recv_call) if rank == 0 else (recv_call, send_call)
+
+        def pingpong(n: int) -> None:
+            if rank > 1:
+                return
+            for _ in range(n):
+                first()
+                second()
+
+        comm.Barrier()
+        pingpong(warmup)
+        t0 = clock()
+        pingpong(iters)
+        result = (clock() - t0) / (2 * iters) * 1e6
+    else:
+        count, flt, op = ctypes.c_int(nbytes // 4), handle(MPI.FLOAT), handle(MPI.SUM)
+        allreduce = functools.partial(lib.MPI_Allreduce, saddr, raddr, count, flt, op, mpi_comm)
+        comm.Barrier()
+        for _ in range(warmup):
+            allreduce()
+        t0 = clock()
+        for _ in range(iters):
+            allreduce()
+        mine = (clock() - t0) / iters * 1e6
+        result = comm.reduce(mine, root=0)
+        result = result / size if rank == 0 else None
+    if rank == 0:
+        print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "avg_us": result}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
