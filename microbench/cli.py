@@ -78,6 +78,19 @@ def _abort_job(exc: BaseException) -> int:
     return 1
 
 
+def _leave_torch_distributed() -> None:
+    """On an error every rank shares: destroy torch.distributed's process group if one was joined.
+
+    Left to interpreter exit, its C++ teardown aborts the process ("terminate called without an active
+    exception", SIGABRT) after the one-line error, and torchrun then reports a crash."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        pass
+
+
 def _collective_usage_error(argv: list[str], exc: UsageError) -> None:
     """Under a launcher, a parse error on some ranks must reach the others (which may parse fine)."""
     if not (argv and argv[0] == "run" and launch.discover().under_launcher):
@@ -103,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, RunError) as exc:
         if launch.is_rank0():
             print(f"microbench: error: {exc}", file=sys.stderr, flush=True)
+        _leave_torch_distributed()
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

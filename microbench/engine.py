@@ -3,7 +3,9 @@
 Timing: ``time.perf_counter_ns`` (CLOCK_MONOTONIC). In the default lean loop one clock read separates
 consecutive iterations, so iteration i's time is t[i+1] - t[i] and nothing else runs between calls. With
 ``--sync barrier`` (OMB's pattern) or ``--check``, untimed work runs between iterations and each
-iteration is timed by a read before and after the call.
+iteration is timed by a read before and after the call. Warmup and timed iterations run back to back in
+one loop after one barrier (as OMB's loops), unless --check, --time-budget or a CUDA graph needs work
+between them.
 """
 
 from __future__ import annotations

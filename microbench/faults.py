@@ -112,10 +112,21 @@ class SignalGuard:
         name = signal.Signals(signum).name
         _say(f"microbench: rank {self.state.rank}: {name} during {self.state.where}; "
              f"finished sizes are on disk, the run is marked incomplete")
-        self.state.close("incomplete", f"{name} during {self.state.where}")
+        reason = f"{name} during {self.state.where}"
+        if signum == signal.SIGTERM and self.state.rank == 0 and _several_ranks():
+            # Rank 0 cannot tell why: mpiexec and srun also send SIGTERM when another rank has failed.
+            reason += " (from the launcher: a time limit, a cancel, or another rank that failed; see its error)"
+        self.state.close("incomplete", reason)
         sys.stdout.flush()
         time.sleep(0.3)  # let the launcher forward what this rank printed before it sees the rank exit
         os._exit(128 + signum)
+
+
+def _several_ranks() -> bool:
+    from microbench import launch
+
+    info = launch.discover()
+    return info.under_launcher and info.size != 1
 
 
 def test_hooks(name: str, size: int, rank: int) -> None:

@@ -120,6 +120,15 @@ class Session:
         self.backend = cls(group)
         self.torch_meta = torch_dist.torch_metadata(name, o.device, self.device.index)
 
+    def _thread_level(self) -> str | None:
+        """The thread support MPI granted (MPI_Query_thread): single unless MPI was initialised elsewhere."""
+        if self.MPI is None:
+            return None
+        MPI = self.MPI
+        names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                 MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+        return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
+
     def in_place_for(self, coll: Collective) -> bool:
         """In place when asked, or when the transport's API has no out-of-place form (torch all_reduce, reduce)."""
         return self.opts.in_place or coll.name in getattr(self.backend, "in_place_only", ())
@@ -261,7 +270,7 @@ class Session:
             "ranks_per_host": self.ranks_per_host,
             "launcher": launch.discover().launcher,
             "slurm": metadata.slurm_metadata(),
-            "mpi": {**self.lib.as_record(), "thread_level": "single"} if self.lib else None,
+            "mpi": {**self.lib.as_record(), "thread_level": self._thread_level()} if self.lib else None,
             "torch": self.torch_meta,
             "device": {"kind": self.device.kind, "buffer": o.buffer, "index": self.device.index,
                        "name": self.device.name, "count": self.device.count, "l2_bytes": self.device.l2_bytes,

@@ -43,9 +43,9 @@ def test_killed_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
     assert proc.seconds < 20
     recs = lines_are_whole_json(out)
     assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8, 16]
-    # rank 0 got SIGTERM from the launcher and closed the run as incomplete
+    # rank 0 got SIGTERM from the launcher and closed the run as incomplete, saying where it may come from
     if recs[-1]["type"] == "end":
-        assert recs[-1]["status"] == "incomplete"
+        assert recs[-1]["status"] == "incomplete" and "another rank that failed" in recs[-1]["reason"]
 
 
 def test_raising_rank_ends_the_job(tmp_path):

@@ -84,6 +84,7 @@ def test_record_schema(sweep):
     assert run["type"] == "run" and REQUIRED_RUN_FIELDS <= set(run)
     assert run["schema"] == 1 and run["ranks"] == n and sum(run["ranks_per_host"].values()) == n
     assert "Open MPI" in run["mpi"]["library_version"] or "MPICH" in run["mpi"]["library_version"]
+    assert run["mpi"]["thread_level"] == "single"  # as granted by MPI_Query_thread, like OMB's MPI_Init
     assert {"mpi4py", "numpy", "python"} <= set(run["versions"])
     assert end == {**end, "type": "end", "status": "complete"}
     for r in lines[1:-1]:
