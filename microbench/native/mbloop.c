@@ -178,7 +178,7 @@ int mb_run(const mb_call *calls, int ncalls, int iters, int start, int sync, voi
      * Lean loops: one clock read between iterations, nothing else. They are written out per clock (TSC or
      * CLOCK_MONOTONIC) and, for the benchmarks whose small messages cost least (allreduce, ping-pong), per
      * benchmark with the MPI calls inline, so that the timed loop holds no branch on either and no call
-     * other than MPI's (in C, a dispatching call per iteration cost about 1 % of an 8-byte ping-pong).
+     * other than MPI's (in C, a dispatching call per iteration cost 1 to 2 % of an 8-byte ping-pong).
      */
 #define MB_LEAN(NOW, TYPE, BODY)                                  \
     do {                                                          \
