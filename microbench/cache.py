@@ -76,14 +76,15 @@ def plan_pool(send_bytes: int, recv_bytes: int, cache_bytes: int, uses: int, max
 
     needed = max(2, ceil(2 x cache / touched bytes per slot)), touched = both buffers rounded up to
     cache lines; slots = min(needed, uses) (a slot is never needed twice when the uses do not wrap),
-    at least 2 and at most what ``max_memory`` holds (never fewer than 2). Without wrapping, a flush
-    of twice the cache before the timed loop makes every use cold; with wrapping, a trip round the
-    pool must touch at least twice the cache.
+    at least 2, but never more than ``max_memory`` holds (down to 1 slot: the message itself, which the
+    warm mode needs too). Without wrapping, a flush of twice the cache before the timed loop makes every
+    use cold; with wrapping, a trip round the pool must touch at least twice the cache (one slot does
+    when the message alone is that large).
     """
     touched = _lines(send_bytes) + _lines(recv_bytes)
     stride = slot_stride(send_bytes) + slot_stride(recv_bytes)
     needed = max(2, math.ceil(2 * cache_bytes / max(touched, 1)))
-    cap = max(2, max_memory // max(stride, 1))
+    cap = max(1, max_memory // max(stride, 1))
     slots = min(max(2, min(needed, uses)), cap)
     wraps = uses > slots
     evicts = (not wraps) or slots * touched >= 2 * cache_bytes

@@ -535,7 +535,8 @@ class Session:
             pool_plan = plan_pool(plan.send_count * item, plan.recv_count * item, self.cache_bytes, uses,
                                   o.max_memory)
         if pool_plan is not None and not pool_plan.evicts and self.output:
-            self.output.note(f"{coll.name} at {format_size(plan.size_bytes)}: the cold pool ({pool_plan.slots} slots, "
+            self.output.note(f"{coll.name} at {format_size(plan.size_bytes)}: the cold pool ({pool_plan.slots} "
+                             f"slot{'s' if pool_plan.slots != 1 else ''}, "
                              f"{format_bytes(pool_plan.pool_bytes)}, bounded by --max-memory) touches less than "
                              f"twice the cache per trip, so this size is not fully cold")
         flush = self.make_flush() if (mode == "cold" or o.flush) else None

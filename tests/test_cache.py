@@ -33,9 +33,17 @@ def test_bounded_pool_that_cannot_evict_says_so():
     assert p.wraps and not p.evicts
 
 
-def test_pool_never_below_two_slots():
-    p = plan_pool(100 * MiB, 100 * MiB, 32 * MiB, uses=50, max_memory=1 * MiB)
-    assert p.slots == 2 and p.needed_slots == 2 and p.evicts  # one 200 MiB slot already displaces the cache
+def test_pool_bound_leaves_one_slot_that_evicts_when_it_alone_displaces_the_cache():
+    # --max-memory holds not even two 200 MiB slots: one slot (the message itself), reused; each use
+    # streams 200 MiB, over twice the 32 MiB cache, so it is still cold
+    p = plan_pool(100 * MiB, 100 * MiB, 32 * MiB, uses=50, max_memory=300 * MiB)
+    assert p.slots == 1 and p.needed_slots == 2 and p.wraps and p.evicts
+    assert p.pool_bytes == 200 * MiB + 128
+
+
+def test_pool_bound_below_one_slot_keeps_the_message_and_says_it_is_not_cold():
+    p = plan_pool(MiB, MiB, 32 * MiB, uses=111, max_memory=1 * MiB)
+    assert p.slots == 1 and p.wraps and not p.evicts
 
 
 def test_llc_from_sysfs(tmp_path):
