@@ -45,9 +45,12 @@ class PythonLoop:
 
     Interface shared with ``microbench.native.NativeLoop``: ``prepare(calls)`` once per size, then
     ``run(prepared, iters, start, barrier, flush)`` returning each iteration's duration in ns.
+    ``call_returns_time``: the calls themselves return ``time.perf_counter_ns``'s clock at their end (the
+    C call shim does), so the loop stores that instead of reading the clock again.
     """
 
     kind = "python"
+    call_returns_time = False
 
     def prepare(self, calls: Sequence[Callable[[], None]]) -> list:
         return list(calls)
@@ -63,21 +66,29 @@ class PythonLoop:
             return np.empty(0, dtype=np.int64)
         clock = time.perf_counter_ns
         ncalls = len(calls)
+        timed = self.call_returns_time
         if barrier is None and flush is None:
             # One int object per stamp, allocated here: each stamp the loop stores then frees one of these
             # and the next clock read reuses its memory, so the timed loop touches no fresh page (a list of
             # zeros would grow the allocator's arenas inside the loop: about 80 page faults per 10000).
             stamps = list(range(_STAMP_PREFILL, _STAMP_PREFILL + iters + 1))
-            if ncalls == 1:
-                call = calls[0]
-                stamps[0] = clock()
+            first = start % ncalls
+            call = calls[0]
+            sequence = itertools.islice(itertools.cycle(calls), first, first + iters)
+            stamps[0] = clock()
+            if ncalls == 1 and timed:
+                for i in range(1, iters + 1):
+                    stamps[i] = call()
+            elif ncalls == 1:
                 for i in range(1, iters + 1):
                     call()
                     stamps[i] = clock()
+            elif timed:
+                i = 1
+                for call in sequence:
+                    stamps[i] = call()
+                    i += 1
             else:
-                first = start % ncalls
-                sequence = itertools.islice(itertools.cycle(calls), first, first + iters)
-                stamps[0] = clock()
                 i = 1
                 for call in sequence:
                     call()
@@ -93,8 +104,11 @@ class PythonLoop:
             if barrier is not None:
                 barrier()
             t0 = clock()
-            call()
-            out[i] = clock() - t0
+            if timed:
+                out[i] = call() - t0
+            else:
+                call()
+                out[i] = clock() - t0
         return out
 
 

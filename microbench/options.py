@@ -145,8 +145,8 @@ class RunOptions:
 def _resolve_buffer(args) -> str:
     """--buffer, checked against --backend and --device (default: numpy on the CPU, torch tensors on CUDA)."""
     if args.backend == "torch":
-        if args.loop == "native":
-            raise UsageError("--loop native times MPI calls; the torch backend uses the Python loop")
+        if args.loop in ("native", "mpi4py"):
+            raise UsageError(f"--loop {args.loop} times MPI calls; the torch backend uses the Python loop")
         if args.buffer not in (None, "torch"):
             raise UsageError("--backend torch moves torch tensors; --buffer applies to the MPI backend")
         if args.stage_host:

@@ -87,9 +87,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch on CUDA: replay the timed iterations from a captured CUDA graph")
     g.add_argument("--gpus-per-node", type=int, metavar="N",
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
-    g.add_argument("--loop", choices=("auto", "native", "python"), default="auto",
-                   help="timed loop: native (C, built with the MPI's mpicc at first use and cached), python, "
-                        "or auto: native where it builds, else python with a notice (default auto)")
+    g.add_argument("--loop", choices=("auto", "native", "python", "mpi4py"), default="auto",
+                   help="timed loop for MPI: native (C, built with the MPI's mpicc at first use and cached); "
+                        "python (the loop and clock in Python, each call through microbench's C call shim, "
+                        "built likewise; mpi4py where it cannot be); mpi4py (the Python loop calling mpi4py, "
+                        "what an mpi4py program pays per call); auto: native where it builds, else mpi4py "
+                        "with a notice (default auto)")
     g = p.add_argument_group("faults")
     g.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="end the whole job when one size takes longer than this, naming the benchmark and size "

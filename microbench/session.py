@@ -155,8 +155,12 @@ class Session:
         return CacheFlush(2 * self.cache_bytes)
 
     def choose_loop(self) -> None:
-        """The timed loop: CUDA events for torch on CUDA (or a CUDA graph), else the native C loop for MPI
-        where every rank can build and load it (--loop auto|native|python), else the Python loop."""
+        """The timed loop (collective: every rank makes the same choice).
+
+        torch: CUDA events (or a CUDA graph) on CUDA, else the Python loop. MPI, by ``--loop``: native is
+        the C loop; python is the Python loop calling the C call shim; mpi4py is the Python loop calling
+        mpi4py. auto is native, else mpi4py with one notice; python without a shim is mpi4py with one notice.
+        Staged device buffers need the Python loop over mpi4py (the copies are Python calls)."""
         from microbench import native
         from microbench.backends.mpi import NativeMPIBackend
 
@@ -167,29 +171,54 @@ class Session:
 
                 self.loop = CudaGraphLoop() if o.cuda_graph else CudaEventLoop()
             return
-        want = "python" if self.staged else o.loop
         if self.staged and o.loop == "native":
             raise RunError("--loop native cannot stage device buffers through the host; use --loop python")
-        lib, reason = None, None
-        if want != "python":
-            try:
-                lib = native.load(native.build(self.lib.prefix, self.lib.path), self.MPI.Get_library_version())
-            except native.NativeUnavailable as exc:
-                reason = str(exc)
-        first_missing = int(self.reducer.allreduce(
-            np.array([self.rank if (want != "python" and lib is None) else self.nranks], dtype=np.int64), "min")[0])
-        if first_missing < self.nranks:
-            reason = self.reducer.bcast(reason, root=first_missing)
-            where = f" (on rank {first_missing})" if first_missing else ""
-            if want == "native":
-                raise RunError(f"--loop native: the native loop is unavailable{where}: {reason}")
-            self.loop_notice = f"native loop unavailable{where}: {reason}; timing with the Python loop"
-            if self.rank == 0:
-                print(f"microbench: notice: {self.loop_notice}", file=sys.stderr, flush=True)
+        want = "mpi4py" if self.staged else o.loop
+        if want == "mpi4py":
             return
-        if want != "python":
+        version = self.MPI.Get_library_version()
+        if want == "python":
+            shim, reason, where = self._everywhere(lambda: native.load_shim(
+                native.build_shim(self.lib.prefix, self.lib.path), version))
+            if shim is None:
+                self._notice(f"C call shim unavailable{where}: {reason}; the Python loop calls mpi4py")
+                return
+            self.loop = native.ShimPythonLoop(shim)
+        else:
+            lib, reason, where = self._everywhere(lambda: native.load(
+                native.build(self.lib.prefix, self.lib.path), version))
+            if lib is None:
+                if want == "native":
+                    raise RunError(f"--loop native: the native loop is unavailable{where}: {reason}")
+                self._notice(f"native loop unavailable{where}: {reason}; timing with the Python loop (mpi4py calls)")
+                return
             self.loop = native.NativeLoop(lib)
-            self.backend = NativeMPIBackend(self.bench_comm, self.MPI)
+        self.backend = NativeMPIBackend(self.bench_comm, self.MPI)
+
+    def _everywhere(self, make):
+        """Run ``make()`` on every rank (it raises NativeUnavailable where it cannot); collective.
+
+        Returns (result, None, "") when every rank succeeded, else (None, the first failing rank's reason,
+        " (on rank R)" or "" for rank 0): one rank without it means no rank uses it."""
+        from microbench import native
+
+        result, reason = None, None
+        try:
+            result = make()
+        except native.NativeUnavailable as exc:
+            reason = str(exc)
+        first_missing = int(self.reducer.allreduce(
+            np.array([self.rank if result is None else self.nranks], dtype=np.int64), "min")[0])
+        if first_missing == self.nranks:
+            return result, None, ""
+        reason = self.reducer.bcast(reason, root=first_missing)
+        return None, reason, (f" (on rank {first_missing})" if first_missing else "")
+
+    def _notice(self, text: str) -> None:
+        """A one-time notice: on stderr (rank 0) now, and as a note in the table."""
+        self.loop_notice = text
+        if self.rank == 0:
+            print(f"microbench: notice: {text}", file=sys.stderr, flush=True)
 
     # -- setup ------------------------------------------------------------------------------
     def gather_hosts(self) -> None:
@@ -354,10 +383,23 @@ class Session:
         if o.cache != "warm" or o.flush:
             cache += f" (against {format_bytes(self.cache_bytes)}{', flush before each iteration' if o.flush else ''})"
         lines = [", ".join(what),
-                 f"loop {self.loop.kind}, {cache}, sync {o.sync}, check {'on' if o.check else 'off'}, {counts}",
+                 f"loop {self._loop_text()}, {cache}, sync {o.sync}, check {'on' if o.check else 'off'}, {counts}",
                  "latency: avg/min/max across ranks of per-rank means; P50/P99 of all samples; "
                  "algbw = S / avg, busbw = algbw x %s" % _factor_text(coll)]
         return lines
+
+    def call_path(self, loop) -> str:
+        """How the loop reaches the transport: native (the C loop), shim (Python loop, C call shim), mpi4py,
+        or torch."""
+        return getattr(loop, "call_path", None) or ("torch" if self.opts.backend == "torch" else "mpi4py")
+
+    def _loop_text(self) -> str:
+        path = self.call_path(self.loop)
+        if path == "shim":
+            return "python (calls through microbench's C shim)"
+        if path == "mpi4py":
+            return "python (calls through mpi4py)"
+        return self.loop.kind
 
     def run_benchmark(self, coll: Collective) -> list[str]:
         """Sweep every size of one benchmark; returns the sizes whose check failed."""
@@ -447,7 +489,7 @@ class Session:
             if self.rank == 0:
                 record = self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit, schedule,
                                             iters, warmup, loop.kind, started)
-                self.output.result({**record, "check": check})
+                self.output.result({**record, "check": check, "call_path": self.call_path(loop)})
         return failed
 
     def _pairs_record(self, metric, coll, plan, dtype, matrix, members, labels, unit, schedule, iters, warmup,
@@ -605,6 +647,7 @@ class Session:
             "check": check,
             "first_call_us": first,
             "loop": loop.kind,
+            "call_path": self.call_path(loop),
             "timer": getattr(loop, "last_timer", None) or getattr(loop, "timer", "host"),
             "device": self.device.kind,
             "buffer": o.buffer,

@@ -6,12 +6,14 @@ same mpiexec and environment:
 
 - ``c``: scripts/native_reference/reference.c compiled here with the MPI's mpicc (ping-pong, and a
   back-to-back MPI_Allreduce loop), timed as one interval over all iterations;
-- ``native`` / ``python``: ``microbench run --loop native|python`` (avg latency from the record);
+- ``native`` / ``python`` / ``python-mpi4py``: ``microbench run --loop native|python|mpi4py`` (avg latency
+  from the record): the C loop; the Python loop through microbench's C call shim; the Python loop
+  through mpi4py;
 - ``mpi4py-bench``: ``python -m mpi4py.bench pingpong`` (latency only; half round trip, its own loop);
 - ``mpi4py-loop``: the obvious mpi4py loop, ``comm.Allreduce(a, b)`` on numpy arrays (allreduce only);
-- ``python-floor``: scripts/native_reference/python_floor.py, the leanest CPython loop there is (libmpi
-  called through ctypes with pre-bound arguments, one interval, no clock per iteration). It is the floor
-  for any Python loop: its ratio to ``c`` is what the interpreter alone costs.
+- ``ctypes-loop``: scripts/native_reference/ctypes_loop.py, the leanest CPython loop that compiles nothing
+  (libmpi called through ctypes with pre-bound arguments, one interval, no clock per iteration): the
+  least a Python loop without a C shim pays.
 
 Each variant's figure per launch is its average latency (us); the report gives, per benchmark and size,
 the median over launches and the ratio of medians to the C reference. It also times the default sweep of
@@ -87,8 +89,14 @@ def measure_c(exe, prefix, env, bench, size):
     return json.loads(line.strip().splitlines()[-1])["avg_us"]
 
 
-def measure_microbench(loop, prefix, env, tmp):
-    out = tmp / f"mb-{loop}.jsonl"
+#: microbench variant -> (--loop, the call_path its records must carry)
+MICROBENCH_VARIANTS = {"native": ("native", "native"), "python": ("python", "shim"),
+                       "python-mpi4py": ("mpi4py", "mpi4py")}
+
+
+def measure_microbench(variant, prefix, env, tmp):
+    loop, call_path = MICROBENCH_VARIANTS[variant]
+    out = tmp / f"mb-{variant}.jsonl"
     out.unlink(missing_ok=True)
     figures = {}
     for bench in ("latency", "allreduce"):
@@ -97,7 +105,9 @@ def measure_microbench(loop, prefix, env, tmp):
     for line in out.read_text().splitlines():
         rec = json.loads(line)
         if rec.get("type") == "result":
-            assert rec["loop"] == loop, rec["loop"]
+            if rec["call_path"] != call_path:
+                raise SystemExit(f"{variant}: microbench --loop {loop} ran with call_path {rec['call_path']}, "
+                                 f"not {call_path} (see its notice)")
             figures[(rec["benchmark"], rec["size_bytes"])] = rec["latency_us"]["avg"]
     return figures
 
@@ -109,8 +119,8 @@ def measure_mpi4py_bench(prefix, env, size):
     return float(row.split("|")[1].split()[0]) * 1e6
 
 
-def measure_python_floor(prefix, env, bench, size):
-    script = HERE / "native_reference" / "python_floor.py"
+def measure_ctypes_loop(prefix, env, bench, size):
+    script = HERE / "native_reference" / "ctypes_loop.py"
     line = run([*prefix, sys.executable, str(script), bench, str(size), str(ITERATIONS[bench]), str(WARMUP)], env)
     return json.loads(line.strip().splitlines()[-1])["avg_us"]
 
@@ -135,16 +145,16 @@ def main() -> int:
         exe = build_reference(tmp, lib)
         rng = random.Random(1)
         for round_ in range(args.launches):
-            jobs = ["c", "native", "python", "mpi4py-bench", "mpi4py-loop", "python-floor"]
+            jobs = ["c", "native", "python", "python-mpi4py", "mpi4py-bench", "mpi4py-loop", "ctypes-loop"]
             rng.shuffle(jobs)
             for job in jobs:
-                if job in ("c", "python-floor"):
+                if job in ("c", "ctypes-loop"):
                     for bench in ("latency", "allreduce"):
                         for size in SIZES:
                             v = (measure_c(exe, prefix, env, bench, size) if job == "c"
-                                 else measure_python_floor(prefix, env, bench, size))
+                                 else measure_ctypes_loop(prefix, env, bench, size))
                             samples.setdefault((job, bench, size), []).append(v)
-                elif job in ("native", "python"):
+                elif job in MICROBENCH_VARIANTS:
                     for (bench, size), v in measure_microbench(job, prefix, env, tmp).items():
                         samples.setdefault((job, bench, size), []).append(v)
                 elif job == "mpi4py-bench":
@@ -169,7 +179,7 @@ def main() -> int:
     for bench in ("latency", "allreduce"):
         for size in SIZES:
             ref = statistics.median(samples[("c", bench, size)])
-            for variant in ("c", "native", "python", "python-floor", "mpi4py-bench", "mpi4py-loop"):
+            for variant in ("c", "native", "python", "python-mpi4py", "ctypes-loop", "mpi4py-bench", "mpi4py-loop"):
                 vals = samples.get((variant, bench, size))
                 if not vals:
                     continue

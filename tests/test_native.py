@@ -73,25 +73,64 @@ def test_fresh_build_under_concurrent_ranks(tmp_path):
     assert [r["loop"] for r in results_of(out)] == ["native"]
 
 
-def test_loops_write_the_same_records(tmp_path):
+def shim_or_reason(mpi_lib):
+    """The C call shim's path, or why it cannot be built here (only a missing Python.h is acceptable)."""
+    _, lib = mpi_lib
+    try:
+        return native.build_shim(lib.prefix, lib.path), None
+    except native.NativeUnavailable as exc:
+        assert "Python.h" in str(exc), exc
+        return None, str(exc)
+
+
+def test_shim_is_cached_and_checked_against_the_loaded_mpi(tmp_path, monkeypatch, mpi_lib):
+    MPI, _ = mpi_lib
+    monkeypatch.setenv("MICROBENCH_CACHE_DIR", str(tmp_path))
+    first, reason = shim_or_reason(mpi_lib)
+    if first is None:
+        pytest.skip(reason)
+    again, _ = shim_or_reason(mpi_lib)
+    assert again == first and first.name.startswith("mbcall-")
+    module = native.load_shim(first, MPI.Get_library_version())
+    assert callable(module.bind)
+    with pytest.raises(native.NativeUnavailable, match="another MPI"):
+        native.load_shim(first, "Some Other MPI 1.0")
+
+
+def test_loops_write_the_same_records(tmp_path, mpi_lib):
     records = {}
-    for loop in ("native", "python"):
+    for loop in ("native", "python", "mpi4py"):
         out = tmp_path / f"{loop}.jsonl"
         proc = microbench("run", "--np", "2", "allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw",
                           "-m", "64,1M", "-i", "10", "-x", "2", "--loop", loop, "--out", str(out))
         assert proc.returncode == 0, proc.output
         records[loop] = results_of(out)
-    native, python = records["native"], records["python"]
-    assert len(native) == len(python) == 12
-    for a, b in zip(native, python):
-        assert set(a) == set(b)
-        assert {k: v for k, v in a.items() if k not in TIMING_FIELDS} == \
-               {k: v for k, v in b.items() if k not in TIMING_FIELDS}
-        assert set(a["latency_us"]) == set(b["latency_us"])
-        assert (a["loop"], b["loop"]) == ("native", "python")
+    shim = "shim" if shim_or_reason(mpi_lib)[0] is not None else "mpi4py"
+    expected = {"native": ("native", "native"), "python": ("python", shim), "mpi4py": ("python", "mpi4py")}
+    native_records = records["native"]
+    assert len(native_records) == 12
+    for loop, recs in records.items():
+        assert len(recs) == 12
+        for a, b in zip(native_records, recs):
+            assert set(a) == set(b)
+            assert {k: v for k, v in a.items() if k not in TIMING_FIELDS | {"call_path"}} == \
+                   {k: v for k, v in b.items() if k not in TIMING_FIELDS | {"call_path"}}
+            assert set(a["latency_us"]) == set(b["latency_us"])
+            assert (b["loop"], b["call_path"]) == expected[loop]
 
 
-@pytest.mark.parametrize("loop", ["native", "python"])
+def test_python_loop_without_shim_calls_mpi4py_with_one_notice(tmp_path):
+    out = tmp_path / "r.jsonl"
+    env = {"MICROBENCH_CACHE_DIR": str(tmp_path / "cache"), "MICROBENCH_MPICC": "/nonexistent/mpicc"}
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "-i", "5", "--loop", "python", "--out", str(out),
+                      env=env)
+    assert proc.returncode == 0, proc.output
+    assert proc.stderr.count("C call shim unavailable") == 1
+    assert "loop python (calls through mpi4py)" in proc.stdout
+    assert [(r["loop"], r["call_path"]) for r in results_of(out)] == [("python", "mpi4py")]
+
+
+@pytest.mark.parametrize("loop", ["native", "python", "mpi4py"])
 def test_check_catches_corruption_in_both_loops(loop, tmp_path):
     out = tmp_path / "r.jsonl"
     proc = microbench("run", "--np", "2", "latency", "-m", "64,128", "-i", "5", "-c", "--loop", loop, "--out", str(out),

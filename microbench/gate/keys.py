@@ -2,7 +2,8 @@
 
 Two results measure the same thing when they agree on the benchmark, the message size, the number of
 ranks, the backend, and every option that changes what is timed: element type and reduction op,
-in-place, the timed-loop implementation, cache mode, synchronisation, bw window, root, the huge-page
+in-place, the timed-loop implementation and its call path (the Python loop through the C call shim or
+through mpi4py), cache mode, synchronisation, bw window, root, the huge-page
 policy (it moves large-message results by up to 2x), whether data was checked (checked iterations are
 timed in isolation), and, where a record has them, torch_backend, device and buffer, and for the pairwise
 link test (benchmark ``pairs``) its ``metric`` (latency or bandwidth matrix) and ``schedule`` (round-robin
@@ -28,6 +29,7 @@ OPTION_FIELDS: dict[str, type] = {
     "op": str,
     "in_place": bool,
     "loop": str,
+    "call_path": str,
     "cache": str,
     "sync": str,
     "window": int,

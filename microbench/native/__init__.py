@@ -16,12 +16,17 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from microbench.engine import PythonLoop
+
 SOURCE = Path(__file__).with_name("mbloop.c")
+SHIM_SOURCE = Path(__file__).with_name("mbcall.c")
 
 KINDS = {"nothing": 0, "allreduce": 1, "allgather": 2, "reduce_scatter": 3, "bcast": 4, "reduce": 5,
          "alltoall": 6, "pingpong": 7, "stream": 8, "bistream": 9}
@@ -87,39 +92,61 @@ def _compile_flags(mpicc: str) -> str:
     return ""
 
 
+def _python_include() -> str:
+    """Folder of this interpreter's Python.h (the C call shim needs it)."""
+    include = sysconfig.get_paths().get("include") or ""
+    if not (Path(include) / "Python.h").exists():
+        raise NativeUnavailable(f"no Python.h in {include or '?'} (install this Python's development headers, "
+                                f"e.g. python3-dev)")
+    return include
+
+
 def build(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
     """Compile (or find in the cache) the native loop library; returns its path."""
+    return _build_cached("mbloop", [SOURCE], [], ".so", mpi_prefix, libmpi_path)
+
+
+def build_shim(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
+    """Compile (or find in the cache) the C call shim, a Python extension module; returns its path."""
+    include = _python_include()
+    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE], [f"-I{include}", f"-I{SOURCE.parent}"],
+                         sysconfig.get_config_var("EXT_SUFFIX") or ".so", mpi_prefix, libmpi_path,
+                         key_extra=[include, sys.version])
+
+
+def _build_cached(name: str, sources: list[Path], flags: list[str], suffix: str, mpi_prefix: str | None,
+                  libmpi_path: str | None, key_extra: list[str] = ()) -> Path:
+    """Compile ``sources[0]`` (which may include the others) under a cache key of everything that matters."""
     mpicc = find_mpicc(mpi_prefix)
-    source = SOURCE.read_bytes()
     stat = os.stat(libmpi_path) if libmpi_path and os.path.exists(libmpi_path) else None
-    key_text = b"\0".join([source, mpicc.encode(), _compile_flags(mpicc).encode(),
+    key_text = b"\0".join([*(src.read_bytes() for src in sources), mpicc.encode(), _compile_flags(mpicc).encode(),
                            str(libmpi_path).encode(), str(stat.st_size if stat else "").encode(),
-                           str(int(stat.st_mtime) if stat else "").encode()])
+                           str(int(stat.st_mtime) if stat else "").encode(), *(x.encode() for x in key_extra)])
     key = hashlib.sha256(key_text).hexdigest()[:16]
     directory = cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise NativeUnavailable(f"cannot create the cache directory {directory}: {exc}") from exc
-    target = directory / f"mbloop-{key}.so"
+    target = directory / f"{name}-{key}{suffix}"
     if target.exists():
         return target
     try:
-        return _compile(mpicc, directory, key, target)
+        return _compile(mpicc, directory, f"{name}-{key}", target, [*flags, str(sources[0])])
     except OSError as exc:  # a cache folder this user cannot write, a full disk
         raise NativeUnavailable(f"cannot build in the cache directory {directory}: {exc}") from exc
 
 
-def _compile(mpicc: str, directory: Path, key: str, target: Path) -> Path:
+def _compile(mpicc: str, directory: Path, stem: str, target: Path, args: list[str]) -> Path:
     """Compile under a lock so that concurrent ranks build once; publish by atomic rename."""
-    with open(directory / f"mbloop-{key}.lock", "w") as lock:
+    with open(directory / f"{stem}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if target.exists():  # another rank built it while we waited
                 return target
-            fd, tmp = tempfile.mkstemp(prefix=f"mbloop-{key}-", suffix=".so", dir=directory)
+            fd, tmp = tempfile.mkstemp(prefix=f"{stem}-", suffix=".so", dir=directory)
             os.close(fd)
-            cmd = [mpicc, "-O2", "-fPIC", "-shared", "-o", tmp, str(SOURCE)]
+            cmd = [mpicc, "-O2", "-fPIC", "-shared", "-o", tmp, *args]
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -135,6 +162,28 @@ def _compile(mpicc: str, directory: Path, key: str, target: Path) -> Path:
     return target
 
 
+def _same_version(got: str, expected: str) -> None:
+    got, expected = got.replace("\x00", "").strip(), expected.replace("\x00", "").strip()
+    if got != expected:
+        raise NativeUnavailable(f"built against another MPI ({got.splitlines()[0] if got else '?'})")
+
+
+def load_shim(path: Path, expected_version: str):
+    """Import the built C call shim and make sure it talks to the MPI mpi4py loaded."""
+    import importlib.machinery
+    import importlib.util
+
+    try:
+        loader = importlib.machinery.ExtensionFileLoader("mbcall", str(path))
+        spec = importlib.util.spec_from_file_location("mbcall", str(path), loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except ImportError as exc:
+        raise NativeUnavailable(f"cannot load {path}: {exc}") from exc
+    _same_version(module.library_version(), expected_version)
+    return module
+
+
 def load(path: Path, expected_version: str) -> ctypes.CDLL:
     """Load the built library and make sure it talks to the MPI mpi4py loaded."""
     try:
@@ -148,9 +197,7 @@ def load(path: Path, expected_version: str) -> ctypes.CDLL:
                            ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p]
     buf = ctypes.create_string_buffer(8192)
     lib.mb_library_version(buf, len(buf))
-    got = buf.value.decode(errors="replace").replace("\x00", "").strip()
-    if got != expected_version.replace("\x00", "").strip():
-        raise NativeUnavailable(f"the native loop was built against another MPI ({got.splitlines()[0] if got else '?'})")
+    _same_version(buf.value.decode(errors="replace"), expected_version)
     return lib
 
 
@@ -194,6 +241,7 @@ class NativeLoop:
     """
 
     kind = "native"
+    call_path = "native"
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
@@ -218,3 +266,29 @@ class NativeLoop:
         if rc != 0:
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
         return out
+
+
+class _BoundCalls(list):
+    """Shim callables, one per buffer slot, with the NativeCalls whose buffers they point into kept alive."""
+
+    keep: list
+
+
+class ShimPythonLoop(PythonLoop):
+    """The Python loop over calls bound in the C call shim (mbcall.c).
+
+    The Python loop's iterations, one C function call each: it runs the iteration exactly as the native
+    loop does (no per-call argument handling) and returns the clock at its end, so the figure holds the
+    MPI call plus CPython's loop, one Python-level call and the GIL's release and return.
+    """
+
+    call_path = "shim"
+    call_returns_time = True  #: each shim call returns CLOCK_MONOTONIC (ns) at its end
+
+    def __init__(self, module):
+        self.module = module
+
+    def prepare(self, calls) -> list:
+        bound = _BoundCalls(self.module.bind(ctypes.addressof(c.struct)) for c in calls)
+        bound.keep = list(calls)
+        return bound

@@ -1,14 +1,14 @@
-"""The leanest CPython loop over MPI that can be written: a floor for any Python timing loop.
+"""The leanest CPython loop over MPI that compiles nothing: what a Python loop costs without a C shim.
 
-    mpiexec -n 2 python python_floor.py latency|allreduce SIZE ITERATIONS WARMUP
+    mpiexec -n 2 python ctypes_loop.py latency|allreduce SIZE ITERATIONS WARMUP
 
 It calls the libmpi that mpi4py loaded directly through ``ctypes.PyDLL`` (no mpi4py argument parsing,
-no GIL release), with every argument converted once and bound (functools.partial) before the loop, and times the loop as one interval
-like reference.c (no clock read per iteration). Whatever this costs above reference.c is the price of
-the CPython interpreter and its foreign-function call alone, so no Python loop, mpi4py's included, can
-be cheaper than this. Same buffers (page-aligned, written), same benchmarks and same output line as
-reference.c: half the ping-pong round trip on rank 0, or the mean across ranks of the per-rank mean
-MPI_Allreduce latency (float, sum), in microseconds.
+no GIL release), with every argument converted once and bound (functools.partial) before the loop, and
+times the loop as one interval like reference.c (no clock read per iteration). Whatever this costs above
+reference.c is the price of CPython and its foreign-function call: the least a Python loop pays that
+cannot compile a C shim (microbench's fallback when no mpicc works). Same buffers (page-aligned,
+written), same benchmarks and same output line as reference.c: half the ping-pong round trip on rank
+0, or the mean across ranks of the per-rank mean MPI_Allreduce latency (float, sum), in microseconds.
 """
 
 from __future__ import annotations
