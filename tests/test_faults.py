@@ -23,10 +23,12 @@ def lines_are_whole_json(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def test_stalled_rank_trips_the_watchdog(tmp_path):
+@pytest.mark.parametrize("loop", ["native", "python", "mpi4py"])
+def test_stalled_rank_trips_the_watchdog(loop, tmp_path):
+    # the peer waits inside an MPI call: each loop must leave the GIL to the watchdog thread meanwhile
     out = tmp_path / "r.jsonl"
     proc = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "10", "--timeout", "3", "--out", str(out),
-                      env={"MICROBENCH_TEST_STALL": "1:allreduce:32"}, timeout=QUICK)
+                      "--loop", loop, env={"MICROBENCH_TEST_STALL": "1:allreduce:32"}, timeout=QUICK)
     assert proc.returncode != 0
     assert "timeout: allreduce at 32 B did not finish within 3 s" in proc.stderr
     assert proc.seconds < 3 + 20
