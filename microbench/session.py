@@ -66,6 +66,9 @@ class Session:
         except (UsageError, RunError) as exc:
             error = exc
         agree.raise_if_any(self.reducer, error)
+        # Staging is decided per rank (is this node's MPI CUDA-aware?); the timed loop must be the same on
+        # every rank, so one rank that stages makes every rank stage.
+        self.staged = bool(self.reducer.allreduce(np.array([int(self.staged)], dtype=np.int64), "max")[0])
         self.python_backend = self.backend
 
     def _select_device(self) -> None:
@@ -174,6 +177,8 @@ class Session:
         if self.staged and o.loop == "native":
             raise RunError("--loop native cannot stage device buffers through the host; use --loop python")
         want = "mpi4py" if self.staged else o.loop
+        if self.staged and o.loop == "python":
+            self._notice("device buffers staged through the host: the Python loop calls mpi4py")
         if want == "mpi4py":
             return
         version = self.MPI.Get_library_version()

@@ -227,3 +227,16 @@ def test_bad_options_exit_2(tmp_path, capsys, extra, fragment):
     assert cli("--baseline", base, "--new", base, *extra) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0]
+
+
+def test_records_from_before_call_path_keep_their_configuration():
+    from microbench.gate.keys import config_key
+
+    base = {"benchmark": "allreduce", "size_bytes": 8, "ranks": 2, "backend": "mpi", "check": None}
+    old_native, new_native = {**base, "loop": "native"}, {**base, "loop": "native", "call_path": "native"}
+    old_python = {**base, "loop": "python"}  # before the shim, the Python loop called mpi4py
+    assert config_key(old_native) == config_key(new_native)
+    assert config_key(old_python) == config_key({**base, "loop": "python", "call_path": "mpi4py"})
+    assert config_key(old_python) != config_key({**base, "loop": "python", "call_path": "shim"})
+    torch_old = {**base, "backend": "torch", "loop": "python"}
+    assert config_key(torch_old) == config_key({**torch_old, "call_path": "torch"})

@@ -10,7 +10,8 @@ link test (benchmark ``pairs``) its ``metric`` (latency or bandwidth matrix) and
 pairs measured at once, or serial: one pair at a time, without interference).
 
 Fields a record lacks count as None, so records written before a field existed still compare with
-each other. The number of iterations, warmup and the run's time are *not* part of the key: they change
+each other; ``call_path`` is the exception, derived from ``loop`` for such records (a Python loop then
+called mpi4py), so older baselines keep matching new runs. The number of iterations, warmup and the run's time are *not* part of the key: they change
 how well a configuration is measured, not what is measured.
 """
 
@@ -92,7 +93,19 @@ def field_value(result: dict, name: str) -> Any:
     """The value of one key field in a result record (``checked`` derived from ``check``)."""
     if name == "checked":
         return result.get("check") is not None
+    if name == "call_path" and "call_path" not in result:
+        return _call_path_before_the_field(result)
     return _hashable(result.get(name))
+
+
+def _call_path_before_the_field(result: dict) -> str | None:
+    """Records written before ``call_path`` existed: their loop implies it (``python`` then called mpi4py)."""
+    loop = result.get("loop")
+    if loop is None:
+        return None
+    if loop == "native":
+        return "native"
+    return "torch" if result.get("backend") == "torch" else "mpi4py"
 
 
 def config_key(result: dict) -> ConfigKey:

@@ -54,10 +54,18 @@ static PyMethodDef bound_def = {"mb_call", bound_call, METH_NOARGS,
 
 static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *arg) {
     void *address = PyLong_AsVoidPtr(arg);
-    if (!address && PyErr_Occurred()) return NULL;
+    if (!address) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bind: NULL mb_call address");
+        return NULL;
+    }
+    const mb_call *src = (const mb_call *)address;
+    if (!src->comm_addr || !src->dtype_addr || src->window < 0) {
+        PyErr_SetString(PyExc_ValueError, "bind: the mb_call has no communicator or datatype, or a negative window");
+        return NULL;
+    }
     mb_bound *b = (mb_bound *)calloc(1, sizeof(mb_bound));
     if (!b) return PyErr_NoMemory();
-    memcpy(&b->call, address, sizeof(mb_call));
+    memcpy(&b->call, src, sizeof(mb_call));
     b->comm = *(const MPI_Comm *)b->call.comm_addr;
     b->dt = *(const MPI_Datatype *)b->call.dtype_addr;
     b->op = b->call.op_addr ? *(const MPI_Op *)b->call.op_addr : MPI_OP_NULL;
