@@ -2,8 +2,8 @@
 """torch.distributed (gloo) against mpi4py at 2 ranks, side by side: allreduce latency at 8 B, busbw at 64 MiB.
 
 Each launch round starts, in a shuffled order, ``microbench run --np 2 allreduce -m 8,64M`` with
-``--backend torch`` (gloo, Python loop), ``--backend mpi --loop python`` (the same loop around mpi4py) and
-``--backend mpi`` (the native C loop). Figures per launch: the p50 latency at 8 B and the busbw at 64 MiB
+``--backend torch`` (gloo, Python loop), ``--backend mpi --loop mpi4py`` (the same Python loop around
+mpi4py) and ``--backend mpi --loop native`` (the native C loop). Figures per launch: the p50 latency at 8 B and the busbw at 64 MiB
 (from the average latency, as nccl-tests); the report gives medians over launches and ratios to MPI.
 
     python scripts/bench_torch_vs_mpi.py --launches 5 [--json out.json]
@@ -22,7 +22,7 @@ from pathlib import Path
 
 VARIANTS = {
     "torch-gloo": ["--backend", "torch"],
-    "mpi-python": ["--backend", "mpi", "--loop", "python"],
+    "mpi-mpi4py": ["--backend", "mpi", "--loop", "mpi4py"],
     "mpi-native": ["--backend", "mpi", "--loop", "native"],
 }
 
