@@ -89,8 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
     g.add_argument("--loop", choices=("auto", "native", "python", "mpi4py"), default="auto",
                    help="timed loop for MPI: native (C, built with the MPI's mpicc at first use and cached); "
-                        "python (the loop and clock in Python, each call through microbench's C call shim, "
-                        "built likewise; mpi4py where it cannot be); mpi4py (the Python loop calling mpi4py, "
+                        "python (the loop in Python, each iteration one call into microbench's C call shim, "
+                        "built likewise, which returns the time the call ended; mpi4py where it cannot be "
+                        "built); mpi4py (the Python loop calling mpi4py, "
                         "what an mpi4py program pays per call); auto: native where it builds, else mpi4py "
                         "with a notice (default auto)")
     g = p.add_argument_group("faults")
