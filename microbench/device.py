@@ -366,7 +366,7 @@ class CudaGraphLoop(CudaEventLoop):
     def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
         if iters <= 0 or not getattr(calls, "capture", False):
             return super().run(calls, iters, start, barrier, flush)
-        torch, n = self.torch, len(calls)
+        torch = self.torch
         Event = torch.cuda.Event
         if barrier is not None or flush is not None or iters == 1:
             pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]

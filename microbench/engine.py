@@ -84,16 +84,12 @@ class PythonLoop:
                     call()
                     stamps[i] = clock()
             elif timed:
-                i = 1
-                for call in sequence:
+                for i, call in enumerate(sequence, 1):
                     stamps[i] = call()
-                    i += 1
             else:
-                i = 1
-                for call in sequence:
+                for i, call in enumerate(sequence, 1):
                     call()
                     stamps[i] = clock()
-                    i += 1
             return np.diff(np.asarray(stamps, dtype=np.int64))
         out = np.empty(iters, dtype=np.int64)
         out.fill(0)  # touch every page before timing
@@ -185,14 +181,13 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settin
     iterations = settings.iterations
     begin_timed = getattr(loop, "begin_timed", None)  # CUDA graphs: capture only from here on
     errors = None
+    barrier()
     if settings.time_budget_s is None and begin_timed is None and not settings.check:
         # As OMB and a C loop do: one barrier, then warmup and timed iterations back to back in one loop
         # (the warmup's durations are dropped). A barrier between them would put its exit skew across
         # ranks, and the call into the loop, into the first timed iteration (about 15 us at 8 B here).
-        barrier()
         durations = loop.run(calls, warmup + iterations, start=position, barrier=sync, flush=flush_each)[warmup:]
     else:
-        barrier()
         warm = loop.run(calls, warmup, start=position, barrier=sync, flush=flush_each)
         position += warmup
         if settings.time_budget_s is not None:

@@ -492,13 +492,12 @@ class Session:
                 if errors:
                     failed.append(f"pairs {metric}")
             if self.rank == 0:
-                record = self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit, schedule,
-                                            iters, warmup, loop.kind, started)
-                self.output.result({**record, "check": check, "call_path": self.call_path(loop)})
+                self.output.result(self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit,
+                                                      schedule, iters, warmup, loop, check, started))
         return failed
 
     def _pairs_record(self, metric, coll, plan, dtype, matrix, members, labels, unit, schedule, iters, warmup,
-                      loop_kind, started) -> dict:
+                      loop, check, started) -> dict:
         found, rule = pairs.outliers(matrix, higher_is_worse=(metric == "latency"))
         bad_nodes, node_rule = pairs.node_outliers(matrix, higher_is_worse=(metric == "latency"))
         values = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
@@ -509,12 +508,13 @@ class Session:
                "samples": len(lat_values), "over": "pairs (each the p50 of its iterations)"}
         algbw = stats.bandwidth_gbps(plan.size_bytes, lat["avg"])
         return {
-            "type": "result", "run_id": self.run_id, "benchmark": "pairs", "metric": metric,
+            "type": "result", "run_id": self.run_id, "benchmark": pairs.PAIRS, "metric": metric,
             "backend": self.opts.backend, "size_bytes": plan.size_bytes, "send_bytes": plan.io_send_bytes,
             "recv_bytes": plan.io_recv_bytes, "ranks": self.nranks, "dtype": dtype.name, "op": None,
             "in_place": None, "iterations": iters, "warmup": warmup, "latency_us": lat,
             "algbw_gbps": algbw, "busbw_gbps": algbw, "algbw_bytes": plan.size_bytes, "busbw_factor": 1.0,
-            "check": None, "first_call_us": None, "loop": loop_kind, "cache": "warm", "sync": "none",
+            "check": check, "first_call_us": None, "loop": loop.kind, "call_path": self.call_path(loop),
+            "cache": "warm", "sync": "none",
             "window": self.opts.window if metric == "bandwidth" else None,
             "unit": unit, "labels": labels, "participant_ranks": members,
             "matrix_unit": "us" if metric == "latency" else "GB/s", "matrix": matrix,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from microbench.gate import keys
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import unique_labels
-from microbench.gate.metrics import OUTLIERS, UNITS, higher_is_better, metric_value
+from microbench.gate.metrics import OUTLIERS, UNITS, higher_is_better, metric_value, threshold_what
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.table import size_text
 from microbench.records import Run
@@ -159,8 +159,7 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, li
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
     unit = UNITS[threshold.metric]
-    what = f"{stat} latency" if threshold.metric == "latency" else "outliers" \
-        if threshold.metric == OUTLIERS else f"{threshold.metric} (from {stat})"
+    what = threshold_what(threshold.metric, stat)
     op = ("<=" if passed else ">") if threshold.bound == "max" else (">=" if passed else "<")
     how = f"{rule.runs} of {len(values)} runs" if len(values) > 1 else "1 run"
     tol = f" ({threshold.limit:g} {'+' if threshold.bound == 'max' else '-'} {rule.tolerance * 100:g} %)" \

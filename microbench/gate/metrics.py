@@ -43,6 +43,15 @@ def default_stat(metric: str) -> str:
     return "p50" if metric == "latency" else "avg"
 
 
+def threshold_what(metric: str, stat: str | None, source: str = "") -> str:
+    """How reports name a judged quantity: ``p50 latency``, ``outliers``, ``busbw (from avg<source>)``."""
+    if metric == "latency":
+        return f"{stat} latency"
+    if metric == OUTLIERS:
+        return "outliers"
+    return f"{metric} (from {stat}{source})"
+
+
 def higher_is_better(metric: str) -> bool:
     """False for latency and outliers (less is better), True for bandwidth."""
     return metric not in ("latency", OUTLIERS)

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from microbench.collectives import COLLECTIVES
 from microbench.errors import UsageError
 from microbench.gate import keys
-from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, UNITS, default_stat
+from microbench.gate.load import benchmark_names
+from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, UNITS, default_stat, threshold_what
 from microbench.pairs import PAIRS
 from microbench.sizes import format_size, parse_sizes
 
@@ -113,8 +113,7 @@ class Rule:
         parts = []
         for t in self.thresholds:
             op = "<=" if t.bound == "max" else ">="
-            what = f"{self.stat_for(t.metric)} latency" if t.metric == "latency" else "outliers" \
-                if t.metric == OUTLIERS else f"{t.metric} (from {self.stat_for(t.metric)} latency)"
+            what = threshold_what(t.metric, self.stat_for(t.metric), " latency")
             parts.append(f"{what} {op} {t.limit:g} {UNITS[t.metric]}")
         if self.require_check:
             parts.append("data check passes")
@@ -252,13 +251,13 @@ def _benchmarks(value: Any, fail) -> tuple[str, ...]:
     names = value if isinstance(value, list) else [value]
     if not names or not all(isinstance(n, str) for n in names):
         fail(f"benchmark must be a name or a list of names (got {value!r})")
-    out = []
-    for n in names:
-        key = n.lower().replace("-", "_")
-        if key not in COLLECTIVES and key != PAIRS:
-            fail(f"unknown benchmark {n!r}: choose from {', '.join(COLLECTIVES)}, {PAIRS}")
-        out.append(key)
-    return tuple(dict.fromkeys(out))
+    try:
+        chosen = benchmark_names(names)
+    except UsageError as exc:
+        fail(str(exc))
+    if not chosen:
+        fail(f"benchmark must be a name or a list of names (got {value!r})")
+    return tuple(chosen)
 
 
 def _sizes(value: Any, fail) -> tuple[tuple[int, ...] | None, str | None]:

@@ -88,9 +88,8 @@ static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *arg) {
 
 static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
     char buf[MPI_MAX_LIBRARY_VERSION_STRING];
-    int n = 0;
-    MPI_Get_library_version(buf, &n);
-    return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strnlen(buf, sizeof(buf)), "replace");
+    mb_library_version(buf, (int)sizeof(buf));
+    return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
 }
 
 static PyMethodDef methods[] = {
