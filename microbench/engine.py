@@ -45,12 +45,9 @@ class PythonLoop:
 
     Interface shared with ``microbench.native.NativeLoop``: ``prepare(calls)`` once per size, then
     ``run(prepared, iters, start, barrier, flush)`` returning each iteration's duration in ns.
-    ``call_returns_time``: the calls themselves return ``time.perf_counter_ns``'s clock at their end (the
-    C call shim does), so the loop stores that instead of reading the clock again.
     """
 
     kind = "python"
-    call_returns_time = False
 
     def prepare(self, calls: Sequence[Callable[[], None]]) -> list:
         return list(calls)
@@ -66,7 +63,6 @@ class PythonLoop:
             return np.empty(0, dtype=np.int64)
         clock = time.perf_counter_ns
         ncalls = len(calls)
-        timed = self.call_returns_time
         if barrier is None and flush is None:
             # One int object per stamp, allocated here: each stamp the loop stores then frees one of these
             # and the next clock read reuses its memory, so the timed loop touches no fresh page (a list of
@@ -76,16 +72,10 @@ class PythonLoop:
             call = calls[0]
             sequence = itertools.islice(itertools.cycle(calls), first, first + iters)
             stamps[0] = clock()
-            if ncalls == 1 and timed:
-                for i in range(1, iters + 1):
-                    stamps[i] = call()
-            elif ncalls == 1:
+            if ncalls == 1:
                 for i in range(1, iters + 1):
                     call()
                     stamps[i] = clock()
-            elif timed:
-                for i, call in enumerate(sequence, 1):
-                    stamps[i] = call()
             else:
                 for i, call in enumerate(sequence, 1):
                     call()
@@ -100,7 +90,7 @@ class PythonLoop:
             if barrier is not None:
                 barrier()
             t0 = clock()
-            call()  # a call's own end time (call_returns_time) is ignored here: both ends read in Python
+            call()
             out[i] = clock() - t0
         return out
 

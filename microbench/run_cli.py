@@ -90,7 +90,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loop", choices=("auto", "native", "python", "mpi4py"), default="auto",
                    help="timed loop for MPI: native (C, built with the MPI's mpicc at first use and cached); "
                         "python (the loop in Python, each iteration one call into microbench's C call shim, "
-                        "built likewise, which returns the time the call ended; mpi4py where it cannot be "
+                        "built likewise, which stamps the time each call ended into a buffer read after the loop; "
+                        "mpi4py where it cannot be "
                         "built); mpi4py (the Python loop calling mpi4py, "
                         "what an mpi4py program pays per call); auto: native where it builds, else mpi4py "
                         "with a notice (default auto)")

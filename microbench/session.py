@@ -755,7 +755,7 @@ def _timer_text(loop) -> str:
     if timer == "host":
         return "CLOCK_MONOTONIC (time.perf_counter_ns)"
     if timer == "tsc":
-        return (f"TSC in the native lean loop ({loop.ns_per_tick:.6f} ns/tick against CLOCK_MONOTONIC), "
+        return (f"TSC in the lean {loop.call_path} loop ({loop.ns_per_tick:.6f} ns/tick against CLOCK_MONOTONIC), "
                 f"CLOCK_MONOTONIC elsewhere")
     return f"CUDA events ({timer})"
 

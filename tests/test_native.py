@@ -149,15 +149,77 @@ def test_unwritable_cache_folder_falls_back(tmp_path):
     assert [r["loop"] for r in results_of(out)] == ["python"]
 
 
-def test_timer_is_recorded(tmp_path):
-    # the lean native loop reads the TSC where the CPU's is invariant; MICROBENCH_TIMER=clock turns it off;
-    # with a barrier between iterations the C loop times each one with CLOCK_MONOTONIC
+def test_timer_is_recorded(tmp_path, mpi_lib):
+    # the lean native loop and the C call shim read the TSC where the CPU's is invariant; MICROBENCH_TIMER=clock
+    # turns it off; with a barrier between iterations each one is timed with CLOCK_MONOTONIC
     tsc = native.invariant_tsc()
-    for env, check, expected in (({}, [], "tsc" if tsc else "host"), ({"MICROBENCH_TIMER": "clock"}, [], "host"),
-                                 ({}, ["--sync", "barrier"], "host")):
-        out = tmp_path / f"r{len(env)}{len(check)}.jsonl"
-        proc = microbench("run", "--np", "2", "latency", "-m", "8", "-i", "50", "--loop", "native", *check,
-                          "--out", str(out), env=env)
-        assert proc.returncode == 0, proc.output
-        assert [r["timer"] for r in results_of(out)] == [expected]
-        assert ("TSC" in read_jsonl(out)[0]["conditions"]["timer"]) == (expected == "tsc" or (tsc and not env))
+    loops = ["native"] + (["python"] if shim_or_reason(mpi_lib)[0] is not None else [])
+    for loop in loops:
+        for env, check, expected in (({}, [], "tsc" if tsc else "host"), ({"MICROBENCH_TIMER": "clock"}, [], "host"),
+                                     ({}, ["--sync", "barrier"], "host")):
+            out = tmp_path / f"{loop}{len(env)}{len(check)}.jsonl"
+            proc = microbench("run", "--np", "2", "latency", "-m", "8", "-i", "50", "--loop", loop, *check,
+                              "--out", str(out), env=env)
+            assert proc.returncode == 0, proc.output
+            assert [r["timer"] for r in results_of(out)] == [expected]
+            assert ("TSC" in read_jsonl(out)[0]["conditions"]["timer"]) == (expected == "tsc" or (tsc and not env))
+
+LOOP_CONTRACT = r"""
+import sys
+import numpy as np
+from microbench import native
+from microbench.backends.mpi import import_mpi, library
+
+MPI = import_mpi()
+lib = library(MPI)
+comm = MPI.COMM_SELF
+send, recv = np.ones(2, np.float32), np.zeros(2, np.float32)
+calls = [native.NativeCall("pingpong", comm, MPI.FLOAT, send=send, recv=recv, count=2, peer=0, initiator=True, MPI=MPI),
+         native.NativeCall("allreduce", comm, MPI.FLOAT, MPI.SUM, send=send, recv=recv, count=2, MPI=MPI)]
+loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), MPI.Get_library_version()))}
+try:
+    shim = native.load_shim(native.build_shim(lib.prefix, lib.path), MPI.Get_library_version())
+    loops["shim"] = native.ShimPythonLoop(shim)
+except native.NativeUnavailable as exc:
+    print("no shim:", exc)
+    shim = None
+for name, loop in loops.items():
+    for call in calls:
+        prepared = loop.prepare([call, call])
+        for iters in (1, 2, 50):  # a ping-pong's last iteration is timed on its own: also the only one
+            durations = loop.run(prepared, iters, start=1)
+            assert durations.dtype == np.int64 and durations.shape == (iters,), (name, iters, durations)
+            assert (durations > 0).all(), (name, iters, durations)
+        assert recv[0] == 1.0
+if shim is not None:
+    buf = np.full(4, -1, np.int64)
+    shim.start(buf.ctypes.data, 3)
+    bound = shim.bind(__import__("ctypes").addressof(calls[1].struct))
+    assert [bound() for _ in range(4)] == [None] * 4
+    assert shim.stop() == 3 and (buf[:3] > 0).all() and buf[3] == -1  # stamps stop at the capacity
+    assert (np.diff(buf[:3]) >= 0).all()
+    bound()  # after stop(): no stamp written
+    assert buf[3] == -1 and shim.stop() == 0
+    for bad in ((0, 4), (buf.ctypes.data, 0)):
+        try:
+            shim.start(*bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"start{bad} accepted")
+print("contract ok", sorted(loops))
+"""
+
+
+def test_loops_return_one_positive_duration_per_iteration(tmp_path):
+    # in one process on COMM_SELF (a ping-pong with itself): each loop's run() returns exactly `iters` durations,
+    # all positive, for 1, 2 and many iterations; the shim stamps only between start() and stop(), up to capacity
+    import sys
+
+    from conftest import mpiexec_prefix, run_process
+
+    cmd, env = mpiexec_prefix(1)
+    proc = run_process([*cmd, sys.executable, "-c", LOOP_CONTRACT], env={**env, "MICROBENCH_CACHE_DIR": str(tmp_path)},
+                       timeout=300)
+    assert proc.returncode == 0, proc.output
+    assert "contract ok" in proc.stdout

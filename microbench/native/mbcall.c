@@ -4,11 +4,12 @@
  * A CPython extension module (built, like mbloop.c, with the mpicc of the MPI mpi4py loaded, plus
  * Python's headers). bind(address) copies one mb_call (see mbloop.c; Python fills it through ctypes)
  * and returns a builtin callable with no arguments that runs exactly one iteration of it (mb_once, the
- * same code the native loop runs) and returns CLOCK_MONOTONIC in ns read as the call returned: the
- * clock of time.perf_counter_ns, so the Python loop's stamps are `t0 = perf_counter_ns()` and then one
- * shim call per iteration, and what a Python-loop figure adds to the MPI call is CPython's loop, one
- * Python-level call and the GIL. The GIL is released around the MPI call (as mpi4py does: about 60 ns
- * here), so the watchdog and signal threads can act while a call blocks.
+ * same code the native loop runs) and returns None. Between start(buffer, n) and stop(), each call also
+ * writes the clock at its end into the next slot of the buffer (start writes slot 0): the native loop's
+ * clock (the TSC where calibrate enabled it, else CLOCK_MONOTONIC in ns), read in C and stored without
+ * making a Python object. So what a Python-loop figure adds to the MPI call is CPython's loop, one
+ * Python-level call and the GIL. The GIL is released around the MPI call (as mpi4py does: about 50 ns
+ * here), so the watchdog and signal threads can act while a call blocks. One thread uses the stamps.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,6 +26,12 @@ typedef struct {
 
 static const char *const CAPSULE_NAME = "microbench.mbcall.bound";
 
+/* The stamp buffer between start() and stop(); the calls write slots 1.. while slots are left. */
+static int64_t *stamps = NULL;
+static Py_ssize_t stamp_next = 0, stamp_capacity = 0;
+
+static inline int64_t mb_stamp(void) { return mb_use_tsc ? (int64_t)mb_ticks() : mb_now(); }
+
 static void bound_free(PyObject *capsule) {
     mb_bound *b = (mb_bound *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     if (b) {
@@ -36,21 +43,20 @@ static void bound_free(PyObject *capsule) {
 static PyObject *bound_call(PyObject *capsule, PyObject *Py_UNUSED(ignored)) {
     mb_bound *b = (mb_bound *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     int rc;
-    int64_t done;
     if (!b) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = mb_once(&b->call, b->comm, b->dt, b->op, b->reqs);
-    done = mb_now();
+    if (stamp_next < stamp_capacity) stamps[stamp_next++] = mb_stamp();
     Py_END_ALLOW_THREADS
     if (rc != MPI_SUCCESS) {
         PyErr_Format(PyExc_RuntimeError, "C call shim: MPI call failed with error code %d", rc);
         return NULL;
     }
-    return PyLong_FromLongLong((long long)done);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef bound_def = {"mb_call", bound_call, METH_NOARGS,
-                                "Run one iteration of the bound call; returns CLOCK_MONOTONIC (ns) at its end."};
+                                "Run one iteration of the bound call; between start() and stop(), stamp its end."};
 
 static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *arg) {
     void *address = PyLong_AsVoidPtr(arg);
@@ -86,6 +92,35 @@ static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *arg) {
     return fn;
 }
 
+static PyObject *start(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *address;
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTuple(args, "On", &address, &capacity)) return NULL;
+    int64_t *buffer = (int64_t *)PyLong_AsVoidPtr(address);
+    if (!buffer || capacity < 1) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "start: a NULL buffer or no room for a stamp");
+        return NULL;
+    }
+    stamps = buffer;
+    stamp_capacity = capacity;
+    stamps[0] = mb_stamp();
+    stamp_next = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
+    Py_ssize_t written = stamp_next;
+    stamps = NULL;
+    stamp_next = stamp_capacity = 0;
+    return PyLong_FromSsize_t(written);
+}
+
+static PyObject *calibrate(PyObject *Py_UNUSED(module), PyObject *args) {
+    int want_tsc, ms;
+    if (!PyArg_ParseTuple(args, "ii", &want_tsc, &ms)) return NULL;
+    return PyFloat_FromDouble(mb_calibrate(want_tsc, ms));
+}
+
 static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
     char buf[MPI_MAX_LIBRARY_VERSION_STRING];
     mb_library_version(buf, (int)sizeof(buf));
@@ -94,6 +129,11 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(address of an mb_call) -> a callable running one iteration of it"},
+    {"start", start, METH_VARARGS,
+     "start(address of an int64 buffer, capacity): stamp the clock into slot 0; each call then stamps its end"},
+    {"stop", stop, METH_NOARGS, "stop stamping; returns the number of slots written"},
+    {"calibrate", calibrate, METH_VARARGS,
+     "calibrate(want_tsc, ms) -> ns per TSC tick, or 0.0 when the stamps are CLOCK_MONOTONIC ns (mb_calibrate)"},
     {"library_version", library_version, METH_NOARGS, "MPI_Get_library_version of the MPI this was built against"},
     {NULL, NULL, 0, NULL},
 };
