@@ -1,28 +1,36 @@
 #!/usr/bin/env python3
 """The harness's own cost: microbench against a plain C loop and plain mpi4py, side by side in one run.
 
-For each launch round (interleaved, in a shuffled order each round) it starts, on the same MPI with the
-same mpiexec and environment:
+Variants, all on the same MPI with the same mpiexec and environment, each launch measuring one benchmark
+at all sizes in order (as microbench does):
 
 - ``c``: scripts/native_reference/reference.c compiled here with the MPI's mpicc (ping-pong, and a
   back-to-back MPI_Allreduce loop), timed as one interval over all iterations;
 - ``native`` / ``python`` / ``python-mpi4py``: ``microbench run --loop native|python|mpi4py`` (avg latency
   from the record): the C loop; the Python loop through microbench's C call shim; the Python loop
   through mpi4py;
-- ``mpi4py-bench``: ``python -m mpi4py.bench pingpong`` (latency only; half round trip, its own loop);
+- ``mpi4py-bench``: ``python -m mpi4py.bench pingpong`` (latency only; half round trip, its own loop; one
+  launch per size);
 - ``mpi4py-loop``: the obvious mpi4py loop, ``comm.Allreduce(a, b)`` on numpy arrays (allreduce only);
 - ``ctypes-loop``: scripts/native_reference/ctypes_loop.py, the leanest CPython loop that compiles nothing
   (libmpi called through ctypes with pre-bound arguments, one interval, no clock per iteration): the
   least a Python loop without a C shim pays.
 
-Each variant's figure per launch is its average latency (us); the report gives, per benchmark and size,
-the median over launches, and the ratio to the C reference as the median over rounds of the ratio within
-a round (a variant against the C launch of the same round: the machine's speed can change between rounds,
-and on a small VM small-message latency is bimodal between launches, so only launches close in time are
-compared). It also times the default sweep of
-the six core benchmarks at 2 ranks (``microbench run --np 2``), wall clock, median over launches.
+Pairing: on a small VM, small-message latency changes between launches (the two vCPUs' placement on the
+host: 0.16 to 0.8 us for the same 8-byte C ping-pong), in runs of a few seconds. So every launch of a
+variant is paired with a C launch of the same benchmark right beside it (before or after, at random), and
+each round runs every (variant, benchmark) pair once, in a shuffled order. A variant's ratio to C is the
+median over rounds of the ratio within its pair; its latency is the median over its launches. It also
+times the default sweep of the six core benchmarks at 2 ranks (``microbench run --np 2``), wall clock,
+median over launches.
 
-    python scripts/bench_overhead.py --launches 7 [--json out.json]
+Then, to show the loops' own cost without the launch-to-launch noise, it runs
+scripts/native_reference/same_launch.py ``--same-launch`` times: the C reference's loop (reference.c built
+as a shared object) and microbench's native and Python loops alternating in blocks inside one launch;
+the figure per launch is the mean over blocks of the ratio within a block, and the report gives the
+median over launches.
+
+    python scripts/bench_overhead.py --launches 11 [--same-launch 5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -43,21 +51,30 @@ ITERATIONS = {"latency": 10000, "allreduce": 10000}
 WARMUP = 200
 
 MPI4PY_LOOP = r"""
-import sys, time, numpy as np
+import json, sys, time, numpy as np
 from mpi4py import MPI
 comm = MPI.COMM_WORLD
-size, iters, warmup = (int(x) for x in sys.argv[1:4])
-a = np.ones(size // 4, np.float32); b = np.zeros_like(a)
-comm.Barrier()
-for i in range(warmup + iters):
-    if i == warmup:
-        t0 = time.perf_counter()
-    comm.Allreduce(a, b)
-mine = (time.perf_counter() - t0) / iters * 1e6
-avg = comm.reduce(mine, root=0)
-if comm.rank == 0:
-    print(avg / comm.size)
+iters, warmup = (int(x) for x in sys.argv[2:4])
+for size in (int(x) for x in sys.argv[1].split(",")):
+    a = np.ones(size // 4, np.float32); b = np.zeros_like(a)
+    comm.Barrier()
+    for i in range(warmup + iters):
+        if i == warmup:
+            t0 = time.perf_counter()
+        comm.Allreduce(a, b)
+    mine = (time.perf_counter() - t0) / iters * 1e6
+    avg = comm.reduce(mine, root=0)
+    if comm.rank == 0:
+        print(json.dumps({"size_bytes": size, "avg_us": avg / comm.size}), flush=True)
 """
+
+#: variant -> the benchmarks it measures
+VARIANTS = {"native": ("latency", "allreduce"), "python": ("latency", "allreduce"),
+            "python-mpi4py": ("latency", "allreduce"), "ctypes-loop": ("latency", "allreduce"),
+            "mpi4py-bench": ("latency",), "mpi4py-loop": ("allreduce",)}
+#: microbench variant -> (--loop, the call_path its records must carry)
+MICROBENCH_VARIANTS = {"native": ("native", "native"), "python": ("python", "shim"),
+                       "python-mpi4py": ("mpi4py", "mpi4py")}
 
 
 def mpiexec_prefix(nranks: int):
@@ -87,86 +104,122 @@ def build_reference(tmp: Path, lib) -> Path:
     return exe
 
 
-def measure_c(exe, prefix, env, bench, size):
-    line = run([*prefix, str(exe), bench, str(size), str(ITERATIONS[bench]), str(WARMUP)], env)
-    return json.loads(line.strip().splitlines()[-1])["avg_us"]
+def build_reference_so(tmp: Path, lib) -> Path:
+    from microbench.native import find_mpicc
+
+    so = tmp / "reference.so"
+    subprocess.run([find_mpicc(lib.prefix), "-O2", "-fPIC", "-shared", "-Dmain=reference_main", "-o", str(so),
+                    str(HERE / "native_reference" / "reference.c")], check=True)
+    return so
 
 
-#: microbench variant -> (--loop, the call_path its records must carry)
-MICROBENCH_VARIANTS = {"native": ("native", "native"), "python": ("python", "shim"),
-                       "python-mpi4py": ("mpi4py", "mpi4py")}
+def measure_same_launch(so, prefix, env, blocks: int) -> dict[tuple[str, int], dict]:
+    """One launch of same_launch.py; (benchmark, size) -> its JSON line."""
+    text = run([*prefix, sys.executable, str(HERE / "native_reference" / "same_launch.py"), str(so), sizes_arg(),
+                "--blocks", str(blocks)], env)
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return {(row["benchmark"], row["size_bytes"]): row for row in rows}
 
 
-def measure_microbench(variant, prefix, env, tmp):
+def json_lines(text: str) -> dict[int, float]:
+    """size_bytes -> avg_us from the JSON lines a reference program printed."""
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return {row["size_bytes"]: row["avg_us"] for row in rows}
+
+
+def sizes_arg() -> str:
+    return ",".join(map(str, SIZES))
+
+
+def measure_c(exe, prefix, env, bench) -> dict[int, float]:
+    return json_lines(run([*prefix, str(exe), bench, sizes_arg(), str(ITERATIONS[bench]), str(WARMUP)], env))
+
+
+def measure_microbench(variant, prefix, env, tmp, bench) -> dict[int, float]:
     loop, call_path = MICROBENCH_VARIANTS[variant]
     out = tmp / f"mb-{variant}.jsonl"
     out.unlink(missing_ok=True)
+    run([*prefix, sys.executable, "-m", "microbench", "run", bench, "-m", sizes_arg(), "-i", str(ITERATIONS[bench]),
+         "-x", str(WARMUP), "--loop", loop, "--out", str(out)], env)
     figures = {}
-    for bench in ("latency", "allreduce"):
-        run([*prefix, sys.executable, "-m", "microbench", "run", bench, "-m", ",".join(map(str, SIZES)),
-             "-i", str(ITERATIONS[bench]), "-x", str(WARMUP), "--loop", loop, "--out", str(out)], env)
     for line in out.read_text().splitlines():
         rec = json.loads(line)
         if rec.get("type") == "result":
             if rec["call_path"] != call_path:
                 raise SystemExit(f"{variant}: microbench --loop {loop} ran with call_path {rec['call_path']}, "
                                  f"not {call_path} (see its notice)")
-            figures[(rec["benchmark"], rec["size_bytes"])] = rec["latency_us"]["avg"]
+            figures[rec["size_bytes"]] = rec["latency_us"]["avg"]
     return figures
 
 
-def measure_mpi4py_bench(prefix, env, size):
-    text = run([*prefix, sys.executable, "-m", "mpi4py.bench", "pingpong", "-m", str(size), "-n", str(size),
-                "-l", str(ITERATIONS["latency"]), "-s", str(WARMUP), "--loop-large", str(ITERATIONS["latency"])], env)
-    row = [l for l in text.splitlines() if l.strip() and not l.startswith("#")][0]
-    return float(row.split("|")[1].split()[0]) * 1e6
+def measure_mpi4py_bench(prefix, env) -> dict[int, float]:
+    figures = {}
+    for size in SIZES:
+        text = run([*prefix, sys.executable, "-m", "mpi4py.bench", "pingpong", "-m", str(size), "-n", str(size),
+                    "-l", str(ITERATIONS["latency"]), "-s", str(WARMUP), "--loop-large", str(ITERATIONS["latency"])],
+                   env)
+        row = [l for l in text.splitlines() if l.strip() and not l.startswith("#")][0]
+        figures[size] = float(row.split("|")[1].split()[0]) * 1e6
+    return figures
 
 
-def measure_ctypes_loop(prefix, env, bench, size):
-    script = HERE / "native_reference" / "ctypes_loop.py"
-    line = run([*prefix, sys.executable, str(script), bench, str(size), str(ITERATIONS[bench]), str(WARMUP)], env)
-    return json.loads(line.strip().splitlines()[-1])["avg_us"]
-
-
-def measure_mpi4py_loop(prefix, env, size):
-    text = run([*prefix, sys.executable, "-c", MPI4PY_LOOP, str(size), str(ITERATIONS["allreduce"]), str(WARMUP)], env)
-    return float(text.strip().splitlines()[-1])
+def measure_variant(variant, bench, exe, prefix, env, tmp) -> dict[int, float]:
+    """One launch (mpi4py-bench: one per size) of a variant at every size; size -> avg latency (us)."""
+    if variant in MICROBENCH_VARIANTS:
+        return measure_microbench(variant, prefix, env, tmp, bench)
+    if variant == "ctypes-loop":
+        script = HERE / "native_reference" / "ctypes_loop.py"
+        return json_lines(run([*prefix, sys.executable, str(script), bench, sizes_arg(), str(ITERATIONS[bench]),
+                               str(WARMUP)], env))
+    if variant == "mpi4py-bench":
+        return measure_mpi4py_bench(prefix, env)
+    return json_lines(run([*prefix, sys.executable, "-c", MPI4PY_LOOP, sizes_arg(), str(ITERATIONS["allreduce"]),
+                           str(WARMUP)], env))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--launches", type=int, default=7, help="launch rounds (default 7)")
+    ap.add_argument("--launches", type=int, default=7,
+                    help="rounds; each launches every variant once per benchmark beside a C launch (default 7)")
     ap.add_argument("--sweep-launches", type=int, default=3, help="timed default sweeps (default 3)")
+    ap.add_argument("--same-launch", type=int, default=5,
+                    help="launches of same_launch.py, the loops alternating inside one launch (default 5; 0: none)")
+    ap.add_argument("--blocks", type=int, default=20, help="blocks per size in each same-launch run (default 20)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
 
     prefix, env, lib = mpiexec_prefix(2)
-    print(f"# MPI: {lib.short_name}; mpiexec {prefix[0]}; {args.launches} interleaved launch rounds")
+    print(f"# MPI: {lib.short_name}; mpiexec {prefix[0]}; {args.launches} rounds of launches, each variant "
+          f"beside a C launch")
+    #: (variant, benchmark, size) -> per-round latency (us); ("c", ...) holds every C launch
     samples: dict[tuple[str, str, int], list[float]] = {}
+    #: (variant, benchmark, size) -> per-round ratio to the C launch beside it
+    ratios: dict[tuple[str, str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         exe = build_reference(tmp, lib)
         rng = random.Random(1)
+        pairs = [(variant, bench) for variant, benches in VARIANTS.items() for bench in benches]
         for round_ in range(args.launches):
-            jobs = ["c", "native", "python", "python-mpi4py", "mpi4py-bench", "mpi4py-loop", "ctypes-loop"]
-            rng.shuffle(jobs)
-            for job in jobs:
-                if job in ("c", "ctypes-loop"):
-                    for bench in ("latency", "allreduce"):
-                        for size in SIZES:
-                            v = (measure_c(exe, prefix, env, bench, size) if job == "c"
-                                 else measure_ctypes_loop(prefix, env, bench, size))
-                            samples.setdefault((job, bench, size), []).append(v)
-                elif job in MICROBENCH_VARIANTS:
-                    for (bench, size), v in measure_microbench(job, prefix, env, tmp).items():
-                        samples.setdefault((job, bench, size), []).append(v)
-                elif job == "mpi4py-bench":
-                    for size in SIZES:
-                        samples.setdefault((job, "latency", size), []).append(measure_mpi4py_bench(prefix, env, size))
-                else:
-                    for size in SIZES:
-                        samples.setdefault((job, "allreduce", size), []).append(measure_mpi4py_loop(prefix, env, size))
+            rng.shuffle(pairs)
+            for variant, bench in pairs:
+                c_first = rng.random() < 0.5
+                if c_first:
+                    ref = measure_c(exe, prefix, env, bench)
+                got = measure_variant(variant, bench, exe, prefix, env, tmp)
+                if not c_first:
+                    ref = measure_c(exe, prefix, env, bench)
+                for size in SIZES:
+                    samples.setdefault(("c", bench, size), []).append(ref[size])
+                    samples.setdefault((variant, bench, size), []).append(got[size])
+                    ratios.setdefault((variant, bench, size), []).append(got[size] / ref[size])
             print(f"# round {round_ + 1}/{args.launches} done", file=sys.stderr)
+
+        same_launch = []
+        if args.same_launch > 0:
+            so = build_reference_so(tmp, lib)
+            for _ in range(args.same_launch):
+                same_launch.append(measure_same_launch(so, prefix, env, args.blocks))
 
         sweep = []
         for _ in range(args.sweep_launches):
@@ -174,25 +227,45 @@ def main() -> int:
             run([sys.executable, "-m", "microbench", "run", "--np", "2", "--out", str(tmp / "sweep.jsonl")], {})
             sweep.append(time.perf_counter() - t0)
 
-    report = {"mpi": lib.short_name, "launches": args.launches, "rows": [],
-              "default_sweep_wall_s": {"median": statistics.median(sweep), "all": sweep}}
+    report = {"mpi": lib.short_name, "launches": args.launches, "pairing": "each variant launch beside a C launch",
+              "rows": [], "default_sweep_wall_s": {"median": statistics.median(sweep), "all": sweep}}
     print()
-    print("| benchmark | size (B) | variant | median avg latency (us) | ratio to C (median of per-round) | "
+    print("| benchmark | size (B) | variant | median avg latency (us) | ratio to C (median of pairs) | "
           "per-launch (us) |")
     print("|---|---:|---|---:|---:|---|")
     for bench in ("latency", "allreduce"):
         for size in SIZES:
-            ref_runs = samples[("c", bench, size)]
             for variant in ("c", "native", "python", "python-mpi4py", "ctypes-loop", "mpi4py-bench", "mpi4py-loop"):
                 vals = samples.get((variant, bench, size))
                 if not vals:
                     continue
                 med = statistics.median(vals)
-                ratio = statistics.median(v / c for v, c in zip(vals, ref_runs))
+                ratio = statistics.median(ratios[(variant, bench, size)]) if variant != "c" else 1.0
                 report["rows"].append({"benchmark": bench, "size_bytes": size, "variant": variant,
-                                       "median_us": med, "ratio_to_c": ratio, "launches_us": vals})
+                                       "median_us": med, "ratio_to_c": ratio, "launches_us": vals,
+                                       "pair_ratios": ratios.get((variant, bench, size))})
+                shown = vals if variant != "c" else []
                 print(f"| {bench} | {size} | {variant} | {med:.3f} | {ratio:.3f} | "
-                      f"{', '.join(f'{v:.2f}' for v in vals)} |")
+                      f"{', '.join(f'{v:.2f}' for v in shown) or f'{len(vals)} launches, {min(vals):.2f}..{max(vals):.2f}'} |")
+    if same_launch:
+        print()
+        print(f"Same launch ({len(same_launch)} launches of same_launch.py, {args.blocks} blocks per size): "
+              f"median over launches of the mean ratio within a block")
+        print()
+        print("| benchmark | size (B) | C (us) | native (us) | python (us) | native / C | python / C | "
+              "native / C per launch |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        report["same_launch"] = []
+        for bench in ("latency", "allreduce"):
+            for size in SIZES:
+                rows = [launch[(bench, size)] for launch in same_launch]
+                med = {v: statistics.median(r["mean_us"][v] for r in rows) for v in ("c", "native", "python")}
+                ratio = {v: statistics.median(r["ratio_to_c"][v] for r in rows) for v in ("native", "python")}
+                per_launch = [r["ratio_to_c"]["native"] for r in rows]
+                report["same_launch"].append({"benchmark": bench, "size_bytes": size, "median_us": med,
+                                              "ratio_to_c": ratio, "launches": rows})
+                print(f"| {bench} | {size} | {med['c']:.3f} | {med['native']:.3f} | {med['python']:.3f} | "
+                      f"{ratio['native']:.3f} | {ratio['python']:.3f} | {', '.join(f'{x:.3f}' for x in per_launch)} |")
     print()
     print(f"default sweep (six benchmarks, 1 B..1 MiB, 2 ranks): median wall {statistics.median(sweep):.1f} s "
           f"over {len(sweep)} launches ({', '.join(f'{s:.1f}' for s in sweep)})")

@@ -1,14 +1,15 @@
 """The leanest CPython loop over MPI that compiles nothing: what a Python loop costs without a C shim.
 
-    mpiexec -n 2 python ctypes_loop.py latency|allreduce SIZE ITERATIONS WARMUP
+    mpiexec -n 2 python ctypes_loop.py latency|allreduce SIZES ITERATIONS WARMUP
 
 It calls the libmpi that mpi4py loaded directly through ``ctypes.PyDLL`` (no mpi4py argument parsing,
 no GIL release), with every argument converted once and bound (functools.partial) before the loop, and
 times the loop as one interval like reference.c (no clock read per iteration). Whatever this costs above
 reference.c is the price of CPython and its foreign-function call: the least a Python loop pays that
 cannot compile a C shim (microbench's fallback when no mpicc works). Same buffers (page-aligned,
-written), same benchmarks and same output line as reference.c: half the ping-pong round trip on rank
-0, or the mean across ranks of the per-rank mean MPI_Allreduce latency (float, sum), in microseconds.
+written), same benchmarks, sizes (comma-separated, in order, in one launch) and output lines as
+reference.c: half the ping-pong round trip on rank 0, or the mean across ranks of the per-rank mean
+MPI_Allreduce latency (float, sum), in microseconds, one JSON line per size.
 """
 
 from __future__ import annotations
@@ -31,10 +32,17 @@ def handle(obj):
 
 
 def main() -> int:
-    bench, nbytes, iters, warmup = sys.argv[1], *(int(x) for x in sys.argv[2:5])
+    bench, sizes, iters, warmup = sys.argv[1], sys.argv[2], *(int(x) for x in sys.argv[3:5])
+    lib = ctypes.PyDLL(_loaded_libmpi())
+    for nbytes in (int(x) for x in sizes.split(",")):
+        measure(lib, bench, nbytes, iters, warmup)
+    return 0
+
+
+def measure(lib, bench: str, nbytes: int, iters: int, warmup: int) -> None:
+    """One size; rank 0 prints its JSON line."""
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    lib = ctypes.PyDLL(_loaded_libmpi())
     sbuf, rbuf = MPI.memory.allocate(max(nbytes, 1) + 4096), MPI.memory.allocate(max(nbytes, 1) + 4096)
     saddr = ctypes.c_void_p((MPI.memory(sbuf).address + 4095) // 4096 * 4096)
     raddr = ctypes.c_void_p((MPI.memory(rbuf).address + 4095) // 4096 * 4096)
@@ -76,8 +84,7 @@ def main() -> int:
         result = comm.reduce(mine, root=0)
         result = result / size if rank == 0 else None
     if rank == 0:
-        print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "avg_us": result}))
-    return 0
+        print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "avg_us": result}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""The C reference and microbench's loops in the same two processes, alternating: their cost without launch noise.
+
+    mpiexec -n 2 python same_launch.py REFERENCE_SO SIZES [--blocks N]
+
+On a small VM the latency of a small message changes between launches (where the host places the two
+vCPUs), so two launches differ by more than the loops do. Here one launch runs, per benchmark (latency,
+allreduce) and size, N blocks; each block runs, in a shuffled order, the C reference's own loop
+(``reference_measure`` from reference.c built as a shared object, called through ctypes: one interval over
+all iterations), microbench's native loop and its Python loop through the C call shim
+(``NativeLoop.run`` and ``ShimPythonLoop.run``, the timed loops microbench's engine calls, on buffers from
+microbench's page-aligned ``HostRegion``). Every block has its own barrier and warmup. A loop's figure is
+the mean over blocks of its mean latency (half the round trip for latency; the mean across ranks for
+allreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block.
+Rank 0 prints one JSON line per (benchmark, size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import random
+import statistics
+
+import numpy as np
+
+from microbench import native
+from microbench.backends.mpi import import_mpi, library
+from microbench.buffers import HostRegion
+
+WARMUP = 200
+
+
+def iterations_for(nbytes: int) -> int:
+    return 5000 if nbytes <= 4096 else 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("reference_so", help="reference.c built with -shared -fPIC -Dmain=reference_main")
+    ap.add_argument("sizes", help="bytes, comma-separated")
+    ap.add_argument("--blocks", type=int, default=20, help="blocks per size (default 20)")
+    args = ap.parse_args()
+
+    MPI = import_mpi()
+    lib = library(MPI)
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    reference = ctypes.CDLL(args.reference_so)
+    reference.reference_measure.restype = ctypes.c_double
+    reference.reference_measure.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int, ctypes.c_int,
+                                            ctypes.c_int, ctypes.c_int]
+    version = MPI.Get_library_version()
+    loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), version)),
+             "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
+    rng = random.Random(7)  # the same order on every rank
+
+    for bench in ("latency", "allreduce"):
+        for nbytes in (int(x) for x in args.sizes.split(",")):
+            iters = iterations_for(nbytes)
+            send, recv = HostRegion(nbytes), HostRegion(nbytes)
+            send.bytes[:] = 1
+            recv.bytes[:] = 0
+            if bench == "latency":
+                call = native.NativeCall("pingpong", comm, MPI.BYTE, send=send.bytes, recv=recv.bytes, count=nbytes,
+                                         peer=1 - rank, initiator=rank == 0, MPI=MPI)
+            else:
+                call = native.NativeCall("allreduce", comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
+                                         recv=recv.view(0, nbytes // 4, np.dtype(np.float32)), count=nbytes // 4, MPI=MPI)
+            prepared = {name: loop.prepare([call]) for name, loop in loops.items()}
+            figures: dict[str, list[float]] = {"c": [], "native": [], "python": []}
+            for _ in range(args.blocks):
+                order = ["c", "native", "python"]
+                rng.shuffle(order)
+                for name in order:
+                    if name == "c":
+                        figure = reference.reference_measure(bench.encode(), nbytes, iters, WARMUP, rank, size)
+                    else:
+                        comm.Barrier()
+                        durations = loops[name].run(prepared[name], WARMUP + iters)[WARMUP:]
+                        mine = float(durations.mean()) / 1e3
+                        if bench == "latency":
+                            figure = mine / 2
+                        else:
+                            total = comm.reduce(mine, root=0)
+                            figure = total / size if rank == 0 else 0.0
+                    figures[name].append(figure)
+            if rank == 0:
+                ratios = {name: statistics.mean(v / c for v, c in zip(figures[name], figures["c"]))
+                          for name in ("native", "python")}
+                print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "blocks": args.blocks, "iterations": iters,
+                                  "mean_us": {k: statistics.mean(v) for k, v in figures.items()},
+                                  "ratio_to_c": ratios}), flush=True)
+            del prepared, call
+            comm.Barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
