@@ -10,7 +10,7 @@ at all sizes in order (as microbench does):
   from the record): the C loop; the Python loop through microbench's C call shim; the Python loop
   through mpi4py;
 - ``mpi4py-bench``: ``python -m mpi4py.bench pingpong`` (latency only; half round trip, its own loop; one
-  launch per size);
+  launch per size, so its pair is three launches beside one C launch);
 - ``mpi4py-loop``: the obvious mpi4py loop, ``comm.Allreduce(a, b)`` on numpy arrays (allreduce only);
 - ``ctypes-loop``: scripts/native_reference/ctypes_loop.py, the leanest CPython loop that compiles nothing
   (libmpi called through ctypes with pre-bound arguments, one interval, no clock per iteration): the
@@ -185,50 +185,69 @@ def main() -> int:
     ap.add_argument("--same-launch", type=int, default=5,
                     help="launches of same_launch.py, the loops alternating inside one launch (default 5; 0: none)")
     ap.add_argument("--blocks", type=int, default=20, help="blocks per size in each same-launch run (default 20)")
-    ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--json", help="also write the figures here (rewritten as each part finishes)")
     args = ap.parse_args()
 
     prefix, env, lib = mpiexec_prefix(2)
     print(f"# MPI: {lib.short_name}; mpiexec {prefix[0]}; {args.launches} rounds of launches, each variant "
           f"beside a C launch")
-    #: (variant, benchmark, size) -> per-round latency (us); ("c", ...) holds every C launch
-    samples: dict[tuple[str, str, int], list[float]] = {}
-    #: (variant, benchmark, size) -> per-round ratio to the C launch beside it
-    ratios: dict[tuple[str, str, int], list[float]] = {}
+    report = {"mpi": lib.short_name, "launches": args.launches, "pairing": "each variant launch beside a C launch"}
+
+    def save() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        exe = build_reference(tmp, lib)
-        rng = random.Random(1)
-        pairs = [(variant, bench) for variant, benches in VARIANTS.items() for bench in benches]
-        for round_ in range(args.launches):
-            rng.shuffle(pairs)
-            for variant, bench in pairs:
-                c_first = rng.random() < 0.5
-                if c_first:
-                    ref = measure_c(exe, prefix, env, bench)
-                got = measure_variant(variant, bench, exe, prefix, env, tmp)
-                if not c_first:
-                    ref = measure_c(exe, prefix, env, bench)
-                for size in SIZES:
-                    samples.setdefault(("c", bench, size), []).append(ref[size])
-                    samples.setdefault((variant, bench, size), []).append(got[size])
-                    ratios.setdefault((variant, bench, size), []).append(got[size] / ref[size])
-            print(f"# round {round_ + 1}/{args.launches} done", file=sys.stderr)
-
-        same_launch = []
+        report["rows"] = paired_rounds(args.launches, build_reference(tmp, lib), prefix, env, tmp)
+        save()
         if args.same_launch > 0:
-            so = build_reference_so(tmp, lib)
-            for _ in range(args.same_launch):
-                same_launch.append(measure_same_launch(so, prefix, env, args.blocks))
-
+            try:
+                so = build_reference_so(tmp, lib)
+                launches = [measure_same_launch(so, prefix, env, args.blocks) for _ in range(args.same_launch)]
+            except (SystemExit, subprocess.CalledProcessError) as exc:  # keep the paired figures
+                print(f"\nsame launch: failed ({exc}); the paired figures above stand", file=sys.stderr)
+            else:
+                report["same_launch"] = print_same_launch(launches, args.blocks)
+                save()
         sweep = []
         for _ in range(args.sweep_launches):
             t0 = time.perf_counter()
             run([sys.executable, "-m", "microbench", "run", "--np", "2", "--out", str(tmp / "sweep.jsonl")], {})
             sweep.append(time.perf_counter() - t0)
+    if sweep:
+        report["default_sweep_wall_s"] = {"median": statistics.median(sweep), "all": sweep}
+        save()
+        print()
+        print(f"default sweep (six benchmarks, 1 B..1 MiB, 2 ranks): median wall {statistics.median(sweep):.1f} s "
+              f"over {len(sweep)} launches ({', '.join(f'{s:.1f}' for s in sweep)})")
+    return 0
 
-    report = {"mpi": lib.short_name, "launches": args.launches, "pairing": "each variant launch beside a C launch",
-              "rows": [], "default_sweep_wall_s": {"median": statistics.median(sweep), "all": sweep}}
+
+def paired_rounds(launches: int, exe, prefix, env, tmp) -> list[dict]:
+    """The rounds of paired launches; prints their table and returns its rows."""
+    #: (variant, benchmark, size) -> per-round latency (us); ("c", ...) holds every C launch
+    samples: dict[tuple[str, str, int], list[float]] = {}
+    #: (variant, benchmark, size) -> per-round ratio to the C launch beside it
+    ratios: dict[tuple[str, str, int], list[float]] = {}
+    rng = random.Random(1)
+    pairs = [(variant, bench) for variant, benches in VARIANTS.items() for bench in benches]
+    for round_ in range(launches):
+        rng.shuffle(pairs)
+        for variant, bench in pairs:
+            c_first = rng.random() < 0.5
+            if c_first:
+                ref = measure_c(exe, prefix, env, bench)
+            got = measure_variant(variant, bench, exe, prefix, env, tmp)
+            if not c_first:
+                ref = measure_c(exe, prefix, env, bench)
+            for size in SIZES:
+                samples.setdefault(("c", bench, size), []).append(ref[size])
+                samples.setdefault((variant, bench, size), []).append(got[size])
+                ratios.setdefault((variant, bench, size), []).append(got[size] / ref[size])
+        print(f"# round {round_ + 1}/{launches} done", file=sys.stderr)
+
+    rows = []
     print()
     print("| benchmark | size (B) | variant | median avg latency (us) | ratio to C (median of pairs) | "
           "per-launch (us) |")
@@ -241,37 +260,37 @@ def main() -> int:
                     continue
                 med = statistics.median(vals)
                 ratio = statistics.median(ratios[(variant, bench, size)]) if variant != "c" else 1.0
-                report["rows"].append({"benchmark": bench, "size_bytes": size, "variant": variant,
-                                       "median_us": med, "ratio_to_c": ratio, "launches_us": vals,
-                                       "pair_ratios": ratios.get((variant, bench, size))})
-                shown = vals if variant != "c" else []
-                print(f"| {bench} | {size} | {variant} | {med:.3f} | {ratio:.3f} | "
-                      f"{', '.join(f'{v:.2f}' for v in shown) or f'{len(vals)} launches, {min(vals):.2f}..{max(vals):.2f}'} |")
-    if same_launch:
-        print()
-        print(f"Same launch ({len(same_launch)} launches of same_launch.py, {args.blocks} blocks per size): "
-              f"median over launches of the mean ratio within a block")
-        print()
-        print("| benchmark | size (B) | C (us) | native (us) | python (us) | native / C | python / C | "
-              "native / C per launch |")
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
-        report["same_launch"] = []
-        for bench in ("latency", "allreduce"):
-            for size in SIZES:
-                rows = [launch[(bench, size)] for launch in same_launch]
-                med = {v: statistics.median(r["mean_us"][v] for r in rows) for v in ("c", "native", "python")}
-                ratio = {v: statistics.median(r["ratio_to_c"][v] for r in rows) for v in ("native", "python")}
-                per_launch = [r["ratio_to_c"]["native"] for r in rows]
-                report["same_launch"].append({"benchmark": bench, "size_bytes": size, "median_us": med,
-                                              "ratio_to_c": ratio, "launches": rows})
-                print(f"| {bench} | {size} | {med['c']:.3f} | {med['native']:.3f} | {med['python']:.3f} | "
-                      f"{ratio['native']:.3f} | {ratio['python']:.3f} | {', '.join(f'{x:.3f}' for x in per_launch)} |")
+                rows.append({"benchmark": bench, "size_bytes": size, "variant": variant, "median_us": med,
+                             "ratio_to_c": ratio, "launches_us": vals, "pair_ratios": ratios.get((variant, bench, size))})
+                shown = (', '.join(f'{v:.2f}' for v in vals) if variant != "c"
+                         else f"{len(vals)} launches, {min(vals):.2f}..{max(vals):.2f}")
+                print(f"| {bench} | {size} | {variant} | {med:.3f} | {ratio:.3f} | {shown} |")
+    sys.stdout.flush()
+    return rows
+
+
+def print_same_launch(launches: list[dict], blocks: int) -> list[dict]:
+    """Prints the same-launch table (medians over launches) and returns its rows."""
     print()
-    print(f"default sweep (six benchmarks, 1 B..1 MiB, 2 ranks): median wall {statistics.median(sweep):.1f} s "
-          f"over {len(sweep)} launches ({', '.join(f'{s:.1f}' for s in sweep)})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
+    print(f"Same launch ({len(launches)} launches of same_launch.py, {blocks} blocks per size): "
+          f"median over launches of the mean ratio within a block")
+    print()
+    print("| benchmark | size (B) | C (us) | native (us) | python (us) | native / C | python / C | "
+          "native / C per launch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    out = []
+    for bench in ("latency", "allreduce"):
+        for size in SIZES:
+            rows = [launch[(bench, size)] for launch in launches]
+            med = {v: statistics.median(r["mean_us"][v] for r in rows) for v in ("c", "native", "python")}
+            ratio = {v: statistics.median(r["ratio_to_c"][v] for r in rows) for v in ("native", "python")}
+            per_launch = [r["ratio_to_c"]["native"] for r in rows]
+            out.append({"benchmark": bench, "size_bytes": size, "median_us": med, "ratio_to_c": ratio,
+                        "launches": rows})
+            print(f"| {bench} | {size} | {med['c']:.3f} | {med['native']:.3f} | {med['python']:.3f} | "
+                  f"{ratio['native']:.3f} | {ratio['python']:.3f} | {', '.join(f'{x:.3f}' for x in per_launch)} |")
+    sys.stdout.flush()
+    return out
 
 
 if __name__ == "__main__":

@@ -112,7 +112,8 @@ def build(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
 def build_shim(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
     """Compile (or find in the cache) the C call shim, a Python extension module; returns its path."""
     include = _python_include()
-    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE], [f"-I{include}", f"-I{SOURCE.parent}"],
+    # hidden: the module's only export is PyInit_mbcall, so its mb_* functions never bind to another copy
+    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE], ["-fvisibility=hidden", f"-I{include}", f"-I{SOURCE.parent}"],
                          sysconfig.get_config_var("EXT_SUFFIX") or ".so", mpi_prefix, libmpi_path,
                          key_extra=[include, sys.version])
 
@@ -303,25 +304,27 @@ class ShimPythonLoop(PythonLoop):
         if barrier is not None or flush is not None or iters <= 0:
             self.last_timer = "host"  # both ends read in Python around each call
             return super().run(calls, iters, start, barrier, flush)
-        self.last_timer = self.timer
-        stamps = np.zeros(iters + 1, dtype=np.int64)  # written here: no page of it faults in the timed loop
+        stamps = np.empty(iters + 1, dtype=np.int64)
+        stamps.fill(0)  # every page written here, so none faults in the timed loop
         ncalls = len(calls)
         first = start % ncalls
+        call = calls[0]
+        sequence = itertools.islice(itertools.cycle(calls[first:] + calls[:first]), iters)  # no skipping once timed
         module = self.module
-        module.start(stamps.ctypes.data, iters + 1)
         try:
+            ns_per_tick = module.start(stamps.ctypes.data, iters + 1)
             if ncalls == 1:
-                call = calls[0]
                 for _ in itertools.repeat(None, iters):
                     call()
             else:
-                for call in itertools.islice(itertools.cycle(calls), first, first + iters):
+                for call in sequence:
                     call()
         finally:
             written = module.stop()
         if written != iters + 1:
             raise RuntimeError(f"C call shim: {written - 1} end stamps for {iters} iterations")
+        self.last_timer = "tsc" if ns_per_tick > 0 else "host"
         durations = np.diff(stamps)
-        if self.ns_per_tick > 0:
-            durations = np.rint(durations * self.ns_per_tick).astype(np.int64)
+        if ns_per_tick > 0:
+            durations = np.rint(durations * ns_per_tick).astype(np.int64)
         return durations

@@ -5,9 +5,9 @@
  * Python's headers). bind(address) copies one mb_call (see mbloop.c; Python fills it through ctypes)
  * and returns a builtin callable with no arguments that runs exactly one iteration of it (mb_once, the
  * same code the native loop runs) and returns None. Between start(buffer, n) and stop(), each call also
- * writes the clock at its end into the next slot of the buffer (start writes slot 0): the native loop's
- * clock (the TSC where calibrate enabled it, else CLOCK_MONOTONIC in ns), read in C and stored without
- * making a Python object. So what a Python-loop figure adds to the MPI call is CPython's loop, one
+ * writes the clock at its end into the next slot of the buffer (start writes slot 0 and returns the
+ * stamps' ns per tick): the native loop's clock (the TSC where calibrate enabled it, else CLOCK_MONOTONIC
+ * in ns), read in C and stored without making a Python object. So what a Python-loop figure adds to the MPI call is CPython's loop, one
  * Python-level call and the GIL. The GIL is released around the MPI call (as mpi4py does: about 50 ns
  * here), so the watchdog and signal threads can act while a call blocks. One thread uses the stamps.
  */
@@ -44,9 +44,11 @@ static PyObject *bound_call(PyObject *capsule, PyObject *Py_UNUSED(ignored)) {
     mb_bound *b = (mb_bound *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     int rc;
     if (!b) return NULL;
+    /* the slot is taken while the GIL is held: start() and stop() cannot change the buffer under the call */
+    int64_t *slot = stamp_next < stamp_capacity ? &stamps[stamp_next++] : NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = mb_once(&b->call, b->comm, b->dt, b->op, b->reqs);
-    if (stamp_next < stamp_capacity) stamps[stamp_next++] = mb_stamp();
+    if (slot) *slot = mb_stamp();
     Py_END_ALLOW_THREADS
     if (rc != MPI_SUCCESS) {
         PyErr_Format(PyExc_RuntimeError, "C call shim: MPI call failed with error code %d", rc);
@@ -105,7 +107,7 @@ static PyObject *start(PyObject *Py_UNUSED(module), PyObject *args) {
     stamp_capacity = capacity;
     stamps[0] = mb_stamp();
     stamp_next = 1;
-    Py_RETURN_NONE;
+    return PyFloat_FromDouble(mb_use_tsc ? mb_ns_per_tick : 0.0);
 }
 
 static PyObject *stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
@@ -130,7 +132,8 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(address of an mb_call) -> a callable running one iteration of it"},
     {"start", start, METH_VARARGS,
-     "start(address of an int64 buffer, capacity): stamp the clock into slot 0; each call then stamps its end"},
+     "start(address of an int64 buffer, capacity) -> ns per tick of the stamps (0.0: they are CLOCK_MONOTONIC ns); "
+     "stamps the clock into slot 0, and each call then stamps its end into the next slot"},
     {"stop", stop, METH_NOARGS, "stop stamping; returns the number of slots written"},
     {"calibrate", calibrate, METH_VARARGS,
      "calibrate(want_tsc, ms) -> ns per TSC tick, or 0.0 when the stamps are CLOCK_MONOTONIC ns (mb_calibrate)"},
