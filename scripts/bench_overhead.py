@@ -12,6 +12,8 @@ at all sizes in order (as microbench does):
 - ``mpi4py-bench``: ``python -m mpi4py.bench pingpong`` (latency only; half round trip, its own loop; one
   launch per size, so its pair is three launches beside one C launch);
 - ``mpi4py-loop``: the obvious mpi4py loop, ``comm.Allreduce(a, b)`` on numpy arrays (allreduce only);
+- ``c-again``: the C reference once more, paired with C like every variant: its ratio is what launch noise
+  alone makes of a pair ratio (ideally 1.000), the resolution of the paired figures;
 - ``ctypes-loop``: scripts/native_reference/ctypes_loop.py, the leanest CPython loop that compiles nothing
   (libmpi called through ctypes with pre-bound arguments, one interval, no clock per iteration): the
   least a Python loop without a C shim pays.
@@ -71,7 +73,7 @@ for size in (int(x) for x in sys.argv[1].split(",")):
 #: variant -> the benchmarks it measures
 VARIANTS = {"native": ("latency", "allreduce"), "python": ("latency", "allreduce"),
             "python-mpi4py": ("latency", "allreduce"), "ctypes-loop": ("latency", "allreduce"),
-            "mpi4py-bench": ("latency",), "mpi4py-loop": ("allreduce",)}
+            "mpi4py-bench": ("latency",), "mpi4py-loop": ("allreduce",), "c-again": ("latency", "allreduce")}
 #: microbench variant -> (--loop, the call_path its records must carry)
 MICROBENCH_VARIANTS = {"native": ("native", "native"), "python": ("python", "shim"),
                        "python-mpi4py": ("mpi4py", "mpi4py")}
@@ -167,6 +169,8 @@ def measure_variant(variant, bench, exe, prefix, env, tmp) -> dict[int, float]:
     """One launch (mpi4py-bench: one per size) of a variant at every size; size -> avg latency (us)."""
     if variant in MICROBENCH_VARIANTS:
         return measure_microbench(variant, prefix, env, tmp, bench)
+    if variant == "c-again":
+        return measure_c(exe, prefix, env, bench)
     if variant == "ctypes-loop":
         script = HERE / "native_reference" / "ctypes_loop.py"
         return json_lines(run([*prefix, sys.executable, str(script), bench, sizes_arg(), str(ITERATIONS[bench]),
@@ -250,21 +254,25 @@ def paired_rounds(launches: int, exe, prefix, env, tmp) -> list[dict]:
     rows = []
     print()
     print("| benchmark | size (B) | variant | median avg latency (us) | ratio to C (median of pairs) | "
-          "per-launch (us) |")
-    print("|---|---:|---|---:|---:|---|")
+          "pair ratios p25..p75 | per-launch (us) |")
+    print("|---|---:|---|---:|---:|---:|---|")
     for bench in ("latency", "allreduce"):
         for size in SIZES:
-            for variant in ("c", "native", "python", "python-mpi4py", "ctypes-loop", "mpi4py-bench", "mpi4py-loop"):
+            for variant in ("c", "c-again", "native", "python", "python-mpi4py", "ctypes-loop", "mpi4py-bench",
+                            "mpi4py-loop"):
                 vals = samples.get((variant, bench, size))
                 if not vals:
                     continue
                 med = statistics.median(vals)
-                ratio = statistics.median(ratios[(variant, bench, size)]) if variant != "c" else 1.0
+                pair = ratios.get((variant, bench, size))
+                ratio = statistics.median(pair) if pair else 1.0
+                spread = "" if not pair or len(pair) < 2 else "{:.2f}..{:.2f}".format(
+                    *statistics.quantiles(pair, n=4, method="inclusive")[::2])
                 rows.append({"benchmark": bench, "size_bytes": size, "variant": variant, "median_us": med,
-                             "ratio_to_c": ratio, "launches_us": vals, "pair_ratios": ratios.get((variant, bench, size))})
+                             "ratio_to_c": ratio, "launches_us": vals, "pair_ratios": pair})
                 shown = (', '.join(f'{v:.2f}' for v in vals) if variant != "c"
                          else f"{len(vals)} launches, {min(vals):.2f}..{max(vals):.2f}")
-                print(f"| {bench} | {size} | {variant} | {med:.3f} | {ratio:.3f} | {shown} |")
+                print(f"| {bench} | {size} | {variant} | {med:.3f} | {ratio:.3f} | {spread} | {shown} |")
     sys.stdout.flush()
     return rows
 
