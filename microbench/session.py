@@ -598,6 +598,10 @@ class Session:
             m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
                                lambda v: float(self.reducer.allreduce(np.array([v]), "max")[0]),
                                plan.size_bytes, timing, **self._copies(pool))
+            # read before time_fresh_calls runs the loop again (a lean single call would overwrite them)
+            timer = getattr(loop, "last_timer", None) or getattr(loop, "timer", "host")
+            graph = ({"iterations_per_replay": loop.graph_iterations, "replays": loop.replays}
+                     if getattr(loop, "graph_iterations", None) else None)
             extra_first = []
             if first_call and o.first_call_samples > 1:
                 extra_first = engine.time_fresh_calls(
@@ -653,7 +657,7 @@ class Session:
             "first_call_us": first,
             "loop": loop.kind,
             "call_path": self.call_path(loop),
-            "timer": getattr(loop, "last_timer", None) or getattr(loop, "timer", "host"),
+            "timer": timer,
             "device": self.device.kind,
             "buffer": o.buffer,
             "cache": mode,
@@ -674,8 +678,8 @@ class Session:
             result["torch_backend"] = self.torch_meta["backend"]
         if self.staged:
             result["staged"] = True
-        if getattr(loop, "graph_iterations", None):
-            result["cuda_graph"] = {"iterations_per_replay": loop.graph_iterations, "replays": loop.replays}
+        if graph:
+            result["cuda_graph"] = graph
         if coll.rooted:
             result["root"] = o.root
         if coll.point_to_point:

@@ -156,7 +156,9 @@ def test_timer_is_recorded(tmp_path, mpi_lib):
     loops = ["native"] + (["python"] if shim_or_reason(mpi_lib)[0] is not None else [])
     for loop in loops:
         for env, check, expected in (({}, [], "tsc" if tsc else "host"), ({"MICROBENCH_TIMER": "clock"}, [], "host"),
-                                     ({}, ["--sync", "barrier"], "host")):
+                                     ({}, ["--sync", "barrier"], "host"),
+                                     # fresh first calls run the loop again afterwards: they must not change it
+                                     ({}, ["--sync", "barrier", "--first-call-samples", "3"], "host")):
             out = tmp_path / f"{loop}{len(env)}{len(check)}.jsonl"
             proc = microbench("run", "--np", "2", "latency", "-m", "8", "-i", "50", "--loop", loop, *check,
                               "--out", str(out), env=env)
