@@ -40,6 +40,16 @@ def default_counts(coll: Collective, size_bytes: int) -> tuple[int, int]:
     return large if size_bytes > LARGE_MESSAGE_BYTES else small
 
 
+def call_sequence(calls: Sequence, iters: int, start: int):
+    """(the one call, None) when iterations ``start..start+iters-1`` all use the same call, else (None, an
+    iterator over their calls) rotated here, before any clock read, so the timed loop skips nothing."""
+    ncalls = len(calls)
+    first = start % ncalls
+    if ncalls == 1 or iters == 1:
+        return calls[first], None
+    return None, itertools.islice(itertools.cycle(calls[first:] + calls[:first]), iters)
+
+
 class PythonLoop:
     """The timed loop in Python: calls pre-bound callables, one clock read per iteration.
 
@@ -68,13 +78,11 @@ class PythonLoop:
             # and the next clock read reuses its memory, so the timed loop touches no fresh page (a list of
             # zeros would grow the allocator's arenas inside the loop: about 80 page faults per 10000).
             stamps = list(range(_STAMP_PREFILL, _STAMP_PREFILL + iters + 1))
-            first = start % ncalls
-            call = calls[0]
-            sequence = itertools.islice(itertools.cycle(calls[first:] + calls[:first]), iters)  # no skipping once timed
+            single, sequence = call_sequence(calls, iters, start)
             stamps[0] = clock()
-            if ncalls == 1:
+            if single is not None:
                 for i in range(1, iters + 1):
-                    call()
+                    single()
                     stamps[i] = clock()
             else:
                 for i, call in enumerate(sequence, 1):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from microbench.engine import PythonLoop
+from microbench.engine import PythonLoop, call_sequence
 
 SOURCE = Path(__file__).with_name("mbloop.c")
 SHIM_SOURCE = Path(__file__).with_name("mbcall.c")
@@ -237,6 +237,12 @@ def invariant_tsc() -> bool:
     return False
 
 
+def calibrated_timer(calibrate) -> tuple[float, str]:
+    """Run mb_calibrate (``calibrate(want_tsc, ms)``): (ns per TSC tick, "tsc"), or (0.0, "host")."""
+    ns_per_tick = calibrate(1 if invariant_tsc() else 0, 20)
+    return ns_per_tick, "tsc" if ns_per_tick > 0 else "host"
+
+
 class NativeLoop:
     """The timed loop in C; same interface and semantics as engine.PythonLoop.
 
@@ -249,8 +255,7 @@ class NativeLoop:
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib
-        self.ns_per_tick = lib.mb_calibrate(1 if invariant_tsc() else 0, 20)
-        self.timer = "tsc" if self.ns_per_tick > 0 else "host"
+        self.ns_per_tick, self.timer = calibrated_timer(lib.mb_calibrate)
         self.last_timer = self.timer  #: the clock of the latest run (mb_run reads the TSC in its lean mode only)
 
     def prepare(self, calls):
@@ -291,8 +296,7 @@ class ShimPythonLoop(PythonLoop):
 
     def __init__(self, module):
         self.module = module
-        self.ns_per_tick = module.calibrate(1 if invariant_tsc() else 0, 20)
-        self.timer = "tsc" if self.ns_per_tick > 0 else "host"
+        self.ns_per_tick, self.timer = calibrated_timer(module.calibrate)
         self.last_timer = self.timer  #: the clock of the latest run (the stamps are read in the lean loop only)
 
     def prepare(self, calls) -> list:
@@ -306,16 +310,13 @@ class ShimPythonLoop(PythonLoop):
             return super().run(calls, iters, start, barrier, flush)
         stamps = np.empty(iters + 1, dtype=np.int64)
         stamps.fill(0)  # every page written here, so none faults in the timed loop
-        ncalls = len(calls)
-        first = start % ncalls
-        call = calls[0]
-        sequence = itertools.islice(itertools.cycle(calls[first:] + calls[:first]), iters)  # no skipping once timed
+        single, sequence = call_sequence(calls, iters, start)
         module = self.module
         try:
             ns_per_tick = module.start(stamps.ctypes.data, iters + 1)
-            if ncalls == 1:
+            if single is not None:
                 for _ in itertools.repeat(None, iters):
-                    call()
+                    single()
             else:
                 for call in sequence:
                     call()

@@ -7,8 +7,8 @@
  * same code the native loop runs) and returns None. Between start(buffer, n) and stop(), each call also
  * writes the clock at its end into the next slot of the buffer (start writes slot 0 and returns the
  * stamps' ns per tick): the native loop's clock (the TSC where calibrate enabled it, else CLOCK_MONOTONIC
- * in ns), read in C and stored without making a Python object. So what a Python-loop figure adds to the MPI call is CPython's loop, one
- * Python-level call and the GIL. The GIL is released around the MPI call (as mpi4py does: about 50 ns
+ * in ns), read in C and stored without making a Python object. So what a Python-loop figure adds to the
+ * MPI call is CPython's loop, one Python-level call and the GIL. The GIL is released around the MPI call (as mpi4py does: about 50 ns
  * here), so the watchdog and signal threads can act while a call blocks. One thread uses the stamps.
  */
 #define PY_SSIZE_T_CLEAN
