@@ -79,14 +79,11 @@ def _abort_job(exc: BaseException) -> int:
 
 
 def _leave_torch_distributed() -> None:
-    """On an error every rank shares: destroy torch.distributed's process group if one was joined.
+    """On an error every rank shares: leave torch.distributed (no barrier: the ranks may be anywhere)."""
+    from microbench.world import leave_torch_distributed
 
-    Left to interpreter exit, its C++ teardown aborts the process ("terminate called without an active
-    exception", SIGABRT) after the one-line error, and torchrun then reports a crash."""
-    dist = sys.modules.get("torch.distributed")
     try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        leave_torch_distributed(barrier=False)
     except Exception:  # noqa: BLE001 - best effort on the way out
         pass
 

@@ -361,12 +361,19 @@ COLLECTIVES: dict[str, Collective] = {
 DEFAULT_BENCHMARKS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw")
 
 
+def benchmark_key(name: str, also: tuple[str, ...] = ()) -> str:
+    """A benchmark's canonical name (case, '-' and '_' do not matter); ``also``: further names accepted.
+
+    An unknown name is a usage error listing the choices."""
+    key = name.lower().replace("-", "_")
+    if key not in COLLECTIVES and key not in also:
+        raise UsageError(f"unknown benchmark {name!r}: choose from {', '.join([*COLLECTIVES, *also])}")
+    return key
+
+
 def get_collective(name: str) -> Collective:
     """Look up a benchmark by name; an unknown name is a usage error listing the choices."""
-    key = name.lower().replace("-", "_")
-    if key not in COLLECTIVES:
-        raise UsageError(f"unknown benchmark {name!r}: choose from {', '.join(COLLECTIVES)}")
-    return COLLECTIVES[key]
+    return COLLECTIVES[benchmark_key(name)]
 
 
 def pair_of(rank: int, nranks: int) -> tuple[int | None, bool]:

@@ -44,7 +44,7 @@ def flatten(result: dict) -> dict:
     return row
 
 
-class _AppendFile:
+class AppendFile:
     """A file opened for appending where each record is one write(2) followed by fsync."""
 
     def __init__(self, path: str):
@@ -77,8 +77,8 @@ class Output:
     """
 
     def __init__(self, jsonl_path: str | None = None, csv_path: str | None = None, table=None):
-        self._jsonl = _AppendFile(jsonl_path) if jsonl_path else None
-        self._csv = _AppendFile(csv_path) if csv_path else None
+        self._jsonl = AppendFile(jsonl_path) if jsonl_path else None
+        self._csv = AppendFile(csv_path) if csv_path else None
         self._csv_header_done = bool(self._csv and not self._csv.is_empty())
         self._table = table
         self.results: list[dict] = []

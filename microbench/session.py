@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import shlex
 import sys
@@ -21,7 +20,7 @@ from microbench.errors import RunError, UsageError
 from microbench.native import NativeUnavailable
 from microbench.options import RunOptions, SizePlan, buffer_bytes_per_rank, cache_bytes_for, dtype_for, plan_size, \
     validate_for_ranks
-from microbench.records import SCHEMA_VERSION, Output
+from microbench.records import SCHEMA_VERSION, AppendFile, Output
 from microbench.report import Progress, Table
 from microbench.sizes import format_bytes, format_size
 from microbench.device import DeviceChoice
@@ -127,10 +126,10 @@ class Session:
         """The thread support MPI granted (MPI_Query_thread): single unless MPI was initialised elsewhere."""
         if self.MPI is None:
             return None
-        MPI = self.MPI
-        names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-                 MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
-        return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
+        from microbench.backends.mpi import thread_levels
+
+        granted = self.MPI.Query_thread()
+        return {value: name for name, value in thread_levels(self.MPI).items()}.get(granted, str(granted))
 
     def in_place_for(self, coll: Collective) -> bool:
         """In place when asked, or when the transport's API has no out-of-place form (torch all_reduce, reduce)."""
@@ -485,12 +484,9 @@ class Session:
                             i, j = index[rank], index[cell[0]]
                             v = cell[1] if metric == "latency" else stats.bandwidth_gbps(plan.size_bytes, cell[1])
                             matrix[i][j] = matrix[j][i] = v
-            check = None
-            if o.check:
-                errors = int(self.reducer.allreduce(np.array([check_errors], dtype=np.int64), "sum")[0])
-                check = "pass" if errors == 0 else "fail"
-                if errors:
-                    failed.append(f"pairs {metric}")
+            check = self._check_verdict(check_errors) if o.check else None
+            if check == "fail":
+                failed.append(f"pairs {metric}")
             if self.rank == 0:
                 self.output.result(self._pairs_record(metric, coll, plan, dtype, matrix, members, labels, unit,
                                                       schedule, iters, warmup, loop, check, started))
@@ -622,10 +618,7 @@ class Session:
         latency = stats.summarize(m.samples_us, self.reducer)
         first = self._first_call([m.first_call_us, *extra_first] if (first_call and timing) else None) \
             if first_call else None
-        check = None
-        if m.check_errors is not None:
-            errors = int(self.reducer.allreduce(np.array([m.check_errors], dtype=np.int64), "sum")[0])
-            check = "pass" if errors == 0 else "fail"
+        check = self._check_verdict(m.check_errors) if m.check_errors is not None else None
         hp_total = int(self.reducer.allreduce(np.array([huge or 0], dtype=np.int64), "sum")[0])
         if o.samples:
             self._write_samples(coll, plan, mode, m.samples_us)
@@ -689,6 +682,11 @@ class Session:
                 1 for i in range(self.nranks // 2)
                 if self.hosts_by_rank[i] != self.hosts_by_rank[i + self.nranks // 2])
         return result
+
+    def _check_verdict(self, errors: int) -> str:
+        """Collective: "pass" when no rank saw a mismatched element, else "fail"."""
+        total = int(self.reducer.allreduce(np.array([errors], dtype=np.int64), "sum")[0])
+        return "pass" if total == 0 else "fail"
 
     def _fresh_call(self, coll: Collective, ctx: Context, dtype: DType, plan: SizePlan):
         """One call bound to a newly mapped, written, never-used buffer set; and its release function."""
@@ -770,9 +768,6 @@ def check_writable(opts: RunOptions) -> None:
         if not path:
             continue
         try:
-            folder = os.path.dirname(os.path.abspath(path))
-            os.makedirs(folder, exist_ok=True)
-            with open(path, "a"):
-                pass
+            AppendFile(path).close()  # what the writer does: the folder made, the file created
         except OSError as exc:
             raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None

@@ -55,7 +55,8 @@ def parse_sizes(text: str) -> list[int]:
 
 def format_size(nbytes: int) -> str:
     """Short human form of a byte count: 512, 4K, 1M, 1536 (exact values only)."""
-    for suffix, unit in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    for suffix in "TGMK":
+        unit = _UNITS[suffix]
         if nbytes >= unit and nbytes % unit == 0:
             return f"{nbytes // unit}{suffix}"
     return str(nbytes)

@@ -37,16 +37,23 @@ class World:
         return self.reducer.bcast
 
     def close(self) -> None:
-        """Collective, at the end of a run: leave torch.distributed cleanly when it was joined.
+        """Collective, at the end of a run: leave torch.distributed cleanly when it was joined."""
+        leave_torch_distributed(barrier=True)
 
-        A process group left for interpreter exit to tear down can abort the process from a C++ thread
-        ("terminate called without an active exception") after every result is written."""
-        import sys
 
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
+def leave_torch_distributed(barrier: bool) -> None:
+    """Destroy torch.distributed's process group if this process joined one (after a barrier if asked).
+
+    A process group left for interpreter exit to tear down can abort the process from a C++ thread
+    ("terminate called without an active exception", SIGABRT) after every result is written, and torchrun
+    then reports a crash."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        if barrier:
             dist.barrier()
-            dist.destroy_process_group()
+        dist.destroy_process_group()
 
 
 def init_world(timeout_s: float = 600.0) -> World:

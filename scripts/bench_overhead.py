@@ -32,7 +32,7 @@ as a shared object) and microbench's native and Python loops alternating in bloc
 the figure per launch is the mean over blocks of the ratio within a block, and the report gives the
 median over launches.
 
-    python scripts/bench_overhead.py --launches 11 [--same-launch 5] [--json out.json]
+    python scripts/bench_overhead.py --launches 21 [--same-launch 9] [--json out.json]
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ iters, warmup = (int(x) for x in sys.argv[2:4])
 for size in (int(x) for x in sys.argv[1].split(",")):
     a = np.ones(size // 4, np.float32); b = np.zeros_like(a)
     comm.Barrier()
-    for i in range(warmup + iters):
-        if i == warmup:
-            t0 = time.perf_counter()
+    for _ in range(warmup):
+        comm.Allreduce(a, b)
+    t0 = time.perf_counter()
+    for _ in range(iters):
         comm.Allreduce(a, b)
     mine = (time.perf_counter() - t0) / iters * 1e6
     avg = comm.reduce(mine, root=0)
@@ -97,36 +98,33 @@ def run(cmd, env) -> str:
     return out.stdout
 
 
-def build_reference(tmp: Path, lib) -> Path:
+def build_reference(tmp: Path, lib, shared: bool = False) -> Path:
+    """reference.c built with the MPI's mpicc: the program, or (``shared``) a library exporting
+    ``reference_measure`` for same_launch.py."""
     from microbench.native import find_mpicc
 
-    exe = tmp / "reference"
-    subprocess.run([find_mpicc(lib.prefix), "-O2", "-o", str(exe), str(HERE / "native_reference" / "reference.c")],
-                   check=True)
-    return exe
-
-
-def build_reference_so(tmp: Path, lib) -> Path:
-    from microbench.native import find_mpicc
-
-    so = tmp / "reference.so"
-    subprocess.run([find_mpicc(lib.prefix), "-O2", "-fPIC", "-shared", "-Dmain=reference_main", "-o", str(so),
+    target = tmp / ("reference.so" if shared else "reference")
+    flags = ["-fPIC", "-shared", "-Dmain=reference_main"] if shared else []
+    subprocess.run([find_mpicc(lib.prefix), "-O2", *flags, "-o", str(target),
                     str(HERE / "native_reference" / "reference.c")], check=True)
-    return so
+    return target
 
 
 def measure_same_launch(so, prefix, env, blocks: int) -> dict[tuple[str, int], dict]:
     """One launch of same_launch.py; (benchmark, size) -> its JSON line."""
     text = run([*prefix, sys.executable, str(HERE / "native_reference" / "same_launch.py"), str(so), sizes_arg(),
                 "--blocks", str(blocks)], env)
-    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-    return {(row["benchmark"], row["size_bytes"]): row for row in rows}
+    return {(row["benchmark"], row["size_bytes"]): row for row in json_lines_rows(text)}
+
+
+def json_lines_rows(text: str) -> list[dict]:
+    """The JSON lines a reference program or same_launch.py printed (other output skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def json_lines(text: str) -> dict[int, float]:
     """size_bytes -> avg_us from the JSON lines a reference program printed."""
-    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-    return {row["size_bytes"]: row["avg_us"] for row in rows}
+    return {row["size_bytes"]: row["avg_us"] for row in json_lines_rows(text)}
 
 
 def sizes_arg() -> str:
@@ -207,7 +205,7 @@ def main() -> int:
         save()
         if args.same_launch > 0:
             try:
-                so = build_reference_so(tmp, lib)
+                so = build_reference(tmp, lib, shared=True)
                 launches = [measure_same_launch(so, prefix, env, args.blocks) for _ in range(args.same_launch)]
             except (SystemExit, subprocess.CalledProcessError) as exc:  # keep the paired figures
                 print(f"\nsame launch: failed ({exc}); the paired figures above stand", file=sys.stderr)

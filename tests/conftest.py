@@ -71,3 +71,24 @@ def read_jsonl(path) -> list[dict]:
 
 def results_of(path) -> list[dict]:
     return [r for r in read_jsonl(path) if r.get("type") == "result"]
+
+
+@pytest.fixture(scope="module")
+def mpi_lib():
+    """(mpi4py.MPI without initialising MPI, the loaded library's facts)."""
+    from microbench.backends.mpi import import_mpi, library
+
+    MPI = import_mpi(initialize=False)
+    return MPI, library(MPI)
+
+
+def shim_or_reason(mpi_lib):
+    """The C call shim's path, or why it cannot be built here (only a missing Python.h is acceptable)."""
+    from microbench import native
+
+    _, lib = mpi_lib
+    try:
+        return native.build_shim(lib.prefix, lib.path), None
+    except native.NativeUnavailable as exc:
+        assert "Python.h" in str(exc), exc
+        return None, str(exc)

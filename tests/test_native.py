@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from conftest import microbench, read_jsonl, results_of
+from conftest import microbench, mpiexec_prefix, read_jsonl, results_of, run_process, shim_or_reason
 from microbench import native
 
 TIMING_FIELDS = {"latency_us", "algbw_gbps", "busbw_gbps", "first_call_us", "time_utc", "wall_s", "run_id", "loop",
                  "iterations", "timer"}
 
-
-@pytest.fixture(scope="module")
-def mpi_lib():
-    from microbench.backends.mpi import import_mpi, library
-
-    MPI = import_mpi(initialize=False)
-    return MPI, library(MPI)
 
 
 def test_build_is_cached_and_checked_against_the_loaded_mpi(tmp_path, monkeypatch, mpi_lib):
@@ -71,16 +66,6 @@ def test_fresh_build_under_concurrent_ranks(tmp_path):
     assert proc.returncode == 0, proc.output
     assert len(list((tmp_path / "cache").glob("mbloop-*.so"))) == 1
     assert [r["loop"] for r in results_of(out)] == ["native"]
-
-
-def shim_or_reason(mpi_lib):
-    """The C call shim's path, or why it cannot be built here (only a missing Python.h is acceptable)."""
-    _, lib = mpi_lib
-    try:
-        return native.build_shim(lib.prefix, lib.path), None
-    except native.NativeUnavailable as exc:
-        assert "Python.h" in str(exc), exc
-        return None, str(exc)
 
 
 def test_shim_is_cached_and_checked_against_the_loaded_mpi(tmp_path, monkeypatch, mpi_lib):
@@ -167,7 +152,7 @@ def test_timer_is_recorded(tmp_path, mpi_lib):
             assert ("TSC" in read_jsonl(out)[0]["conditions"]["timer"]) == (expected == "tsc" or (tsc and not env))
 
 LOOP_CONTRACT = r"""
-import sys
+import ctypes
 import numpy as np
 from microbench import native
 from microbench.backends.mpi import import_mpi, library
@@ -196,7 +181,7 @@ for name, loop in loops.items():
 if shim is not None:
     buf = np.full(4, -1, np.int64)
     shim.start(buf.ctypes.data, 3)
-    bound = shim.bind(__import__("ctypes").addressof(calls[1].struct))
+    bound = shim.bind(ctypes.addressof(calls[1].struct))
     assert [bound() for _ in range(4)] == [None] * 4
     assert shim.stop() == 3 and (buf[:3] > 0).all() and buf[3] == -1  # stamps stop at the capacity
     assert (np.diff(buf[:3]) >= 0).all()
@@ -216,10 +201,6 @@ print("contract ok", sorted(loops))
 def test_loops_return_one_positive_duration_per_iteration(tmp_path):
     # in one process on COMM_SELF (a ping-pong with itself): each loop's run() returns exactly `iters` durations,
     # all positive, for 1, 2 and many iterations; the shim stamps only between start() and stop(), up to capacity
-    import sys
-
-    from conftest import mpiexec_prefix, run_process
-
     cmd, env = mpiexec_prefix(1)
     proc = run_process([*cmd, sys.executable, "-c", LOOP_CONTRACT], env={**env, "MICROBENCH_CACHE_DIR": str(tmp_path)},
                        timeout=300)

@@ -33,10 +33,14 @@ def import_mpi(initialize: bool = True, thread_level: str = "single"):
             f"or load your site's MPI module ({str(exc).splitlines()[0]})"
         ) from exc
     if initialize and not MPI.Is_initialized():
-        levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
-                  "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
-        MPI.Init_thread(levels[thread_level])
+        MPI.Init_thread(thread_levels(MPI)[thread_level])
     return MPI
+
+
+def thread_levels(MPI) -> dict[str, int]:
+    """Thread-support level names (as microbench records them) -> mpi4py's constants."""
+    return {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+            "serialized": MPI.THREAD_SERIALIZED, "multiple": MPI.THREAD_MULTIPLE}
 
 
 def _loaded_libmpi() -> str | None:

@@ -14,6 +14,7 @@ measurement covers, or a record that lacks the statistic a threshold reads.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 
 from microbench.gate import keys
@@ -144,7 +145,7 @@ def reduce_runs(values: list[float], mode: str, higher_better: bool) -> float:
 
 
 def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:
-    stat = None if threshold.metric == OUTLIERS else rule.stat_for(threshold.metric)
+    stat = rule.stat_for(threshold.metric)
     run_ids = list(by_run)
     per_result = [[metric_value(res, threshold.metric, stat) for res in results] for results in by_run.values()]
     values = [None if None in vals else float(statistics.median(vals)) for vals in per_result]
@@ -172,13 +173,11 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, li
 
 def _outlier_links(by_run: dict[str, list[dict]]) -> str:
     """``; flagged: a-b (2 runs), ...``: the links pairs records flagged as outliers, with how many runs did."""
-    count: dict[str, int] = {}
+    count: Counter[str] = Counter()
     for results in by_run.values():
-        links = {"-".join(map(str, o.get("labels") or o.get("pair") or ())) for res in results
-                 for o in res.get("outliers") or () if isinstance(o, dict)}
-        for link in links:
-            count[link] = count.get(link, 0) + 1
-    shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in sorted(count.items(), key=lambda kv: -kv[1])]
+        count.update({"-".join(map(str, o.get("labels") or o.get("pair") or ())) for res in results
+                      for o in res.get("outliers") or () if isinstance(o, dict)})
+    shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in count.most_common()]
     return f"; flagged: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown else ""
 
 

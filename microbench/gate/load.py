@@ -37,16 +37,14 @@ def benchmark_names(items: Iterable[str] | None) -> list[str] | None:
 
     ``pairs`` (the pairwise link test) is accepted beside the collectives; an unknown name is a UsageError.
     """
-    from microbench.collectives import COLLECTIVES
+    from microbench.collectives import benchmark_key
     from microbench.pairs import PAIRS
 
     if not items:
         return None
     out = []
     for name in (n.strip() for item in items for n in item.split(",")):
-        key = name.lower().replace("-", "_")
-        if key and key not in COLLECTIVES and key != PAIRS:
-            raise UsageError(f"unknown benchmark {name!r}: choose from {', '.join(COLLECTIVES)}, {PAIRS}")
+        key = benchmark_key(name, also=(PAIRS,)) if name else ""
         if key and key not in out:
             out.append(key)
     return out or None

@@ -97,8 +97,9 @@ class Rule:
     require_check: bool = False
     name: str = ""
 
-    def stat_for(self, metric: str) -> str:
-        return self.stat or default_stat(metric)
+    def stat_for(self, metric: str) -> str | None:
+        """The statistic a threshold on ``metric`` judges (None for outliers, a count of cells)."""
+        return None if metric == OUTLIERS else self.stat or default_stat(metric)
 
     def matches(self, result: dict) -> bool:
         """Whether a result record falls under this rule (benchmark, sizes and filters)."""
