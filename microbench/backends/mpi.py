@@ -178,6 +178,10 @@ class MPIBackend:
     """
 
     name = "mpi"
+    #: primitives whose API has no out-of-place form (none in MPI)
+    in_place_only: tuple[str, ...] = ()
+    #: an in-place reduce_scatter leaves the result in the first block (MPI_Reduce_scatter_block)
+    in_place_result_at_rank = False
 
     def __init__(self, comm, MPI):
         self.comm, self.MPI = comm, MPI
