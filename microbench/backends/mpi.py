@@ -131,7 +131,7 @@ def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
         return None
     return (f"using the bundled MPI from the '{lib.bundled}' wheel ({lib.path}) while {'; '.join(reasons)}: "
             f"results describe that MPI, not your site's. Uninstall the wheel "
-            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see README 'On a cluster'.")
+            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see docs/cluster.md.")
 
 
 class MPIReducer:
