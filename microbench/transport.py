@@ -153,7 +153,7 @@ def _open_mpi(world: World, opts: RunOptions, lib, device: DeviceChoice, cache_b
     from microbench.backends.mpi import MPIBackend
 
     require_mpi(world, "--backend mpi")
-    backend = MPIBackend(world.MPI.COMM_WORLD.Dup(), world.MPI)
+    backend = MPIBackend(world.MPI.COMM_WORLD.Dup(), world.MPI, opts.reduce_scatter_call)
     staged = False
     if device.kind == "cuda":
         from microbench.device import cuda_aware_mpi
@@ -227,7 +227,7 @@ def choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:
                                       f"(mpi4py calls)")
             return
         transport.loop = native.NativeLoop(built)
-    transport.backend = NativeMPIBackend(transport.python_backend.comm, world.MPI)
+    transport.backend = NativeMPIBackend(transport.python_backend.comm, world.MPI, opts.reduce_scatter_call)
 
 
 def _everywhere(world: World, make):

@@ -114,6 +114,10 @@ class TorchBackend:
         self._all_gather = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
         self._reduce_scatter = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
 
+    def call_name(self, primitive: str) -> str | None:
+        """The MPI function a primitive calls: none (torch.distributed has its own)."""
+        return None
+
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this process group cannot run the dtype (None when it can), probed with a 1-element call."""
         if dtype.name == "bfloat16" and dtype.numpy is None:

@@ -56,6 +56,7 @@ class MbCall(ctypes.Structure):
         ("initiator", ctypes.c_int), ("window", ctypes.c_int),
         ("sbuf", ctypes.c_void_p), ("rbuf", ctypes.c_void_p), ("ack", ctypes.c_void_p),
         ("comm_addr", ctypes.c_void_p), ("dtype_addr", ctypes.c_void_p), ("op_addr", ctypes.c_void_p),
+        ("counts", ctypes.c_void_p),
     ]
 
 
@@ -218,16 +219,20 @@ class NativeCall:
     """One iteration's arguments for the C loop, with the Python objects they point into kept alive."""
 
     def __init__(self, kind: str, comm, dtype, op=None, send=None, recv=None, ack=None, count: int = 0,
-                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None):
+                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None,
+                 counts: np.ndarray | None = None):
         if count > 2**31 - 1:
             raise NativeUnavailable("element count above 2^31-1")
         from microbench.device import address_of
 
-        self.keep = (comm, dtype, op, send, recv, ack)
+        if counts is not None:
+            counts = np.ascontiguousarray(counts, dtype=np.intc)
+        self.keep = (comm, dtype, op, send, recv, ack, counts)
         self.struct = MbCall(
             KINDS[kind], count, peer, root, int(initiator), window,
             address_of(send) or None, address_of(recv) or None, address_of(ack) or None,
             MPI._addressof(comm), MPI._addressof(dtype), MPI._addressof(op) if op is not None else None,
+            counts.ctypes.data if counts is not None else None,
         )
 
 

@@ -127,6 +127,9 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
     }
     if plan.size_bytes != requested:
         record["requested_bytes"] = requested
+    mpi_call = transport.python_backend.call_name(coll.primitive)
+    if mpi_call:
+        record["mpi_call"] = mpi_call
     if transport.torch_meta:
         record["torch_backend"] = transport.torch_meta["backend"]
     if transport.staged:
