@@ -1,13 +1,18 @@
 """Records from another tool's run: the run, result and end records microbench writes, with their source.
 
-Fields mirror ``microbench run``'s records (microbench/session.py); a field the tool's output does
-not tell is null and listed under ``source.unknown`` (never a guessed value). Every record says where
-it came from: the run record's ``source`` names the tool, its version, the file (path and SHA-256),
-the line its run starts at, the assumptions made and how the tool defines its statistics; each
-result's ``source`` gives its line, the tool's printed figures and the fields derived from them.
+Fields mirror ``microbench run``'s records (microbench/session.py) where the tool's output tells them.
+What it does not tell is never guessed: a measurement field (dtype, op, iterations ...) is null, a
+field that has no null form (the run's time, hosts) is left out, and either way it is named in
+``source.unknown``. The fields of microbench's own timed loop (loop, call_path, timer, cache, pool,
+huge pages, first call, wall time) do not apply to another tool and are left out. Every record says
+where it came from: the run record's ``source`` names the tool, its version, the file (path and
+SHA-256), the line its run starts at, the assumptions made, rows skipped and how the tool defines
+its statistics; each result's ``source`` gives its line, the tool's printed figures and the fields
+derived from them.
 
 Bandwidths follow microbench's definitions (microbench.collectives): algbw = S / avg latency with S
-= ``algbw_bytes``, busbw = algbw x ``busbw_factor`` (nccl-tests' factors); both need the rank count.
+= ``algbw_bytes``, busbw = algbw x ``busbw_factor`` (nccl-tests' factors); null where the tool gives
+no mean latency.
 """
 
 from __future__ import annotations
@@ -21,13 +26,11 @@ from microbench.importers.model import Row, ToolRun
 from microbench.records import SCHEMA_VERSION
 from microbench.stats import bandwidth_gbps
 
-#: run-record fields a tool's output may leave unknown
-RUN_FIELDS = ("time_utc", "command", "ranks", "hosts", "ranks_per_host", "launcher", "slurm", "mpi", "conditions")
-#: result fields microbench always knows and another tool's output may not
-RESULT_FIELDS = ("send_bytes", "recv_bytes", "ranks", "dtype", "iterations", "warmup", "algbw_gbps", "busbw_gbps",
-                 "algbw_bytes", "busbw_factor", "first_call_us", "loop", "call_path", "timer", "buffer", "cache",
-                 "cache_bytes", "pool_bytes", "pool_slots", "cache_evicts", "flush", "sync", "huge_pages",
-                 "huge_page_bytes", "wall_s")
+#: run-record fields a tool's output may not tell (left out when unknown)
+RUN_OPTIONAL = ("time_utc", "command", "hosts", "ranks_per_host")
+#: result fields that are null when the tool's output does not tell them
+RESULT_NULLABLE = ("send_bytes", "recv_bytes", "dtype", "iterations", "warmup", "algbw_gbps", "busbw_gbps",
+                   "algbw_bytes", "busbw_factor")
 
 
 def file_digest(path: str) -> str:
@@ -49,21 +52,22 @@ def imported_records(run: ToolRun, digest: str) -> list[dict]:
 def run_record(run: ToolRun, run_id: str, digest: str) -> dict:
     hosts = run.hosts_by_rank
     per_host = {h: hosts.count(h) for h in dict.fromkeys(hosts)} if hosts else None
+    known = {"time_utc": run.time_utc, "command": run.command, "hosts": list(per_host) if per_host else None,
+             "ranks_per_host": per_host}
+    device = {k: run.device.get(k) for k in ("kind", "name", "count") if run.device.get(k) is not None}
     meta = {
         "type": "run", "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
-        "time_utc": run.time_utc, "command": run.command, "backend": run.backend, "ranks": run.ranks,
-        "hosts": list(per_host) if per_host else None, "ranks_per_host": per_host, "launcher": None, "slurm": None,
-        "mpi": None, "torch": None,
-        "device": {"kind": run.device.get("kind"), "buffer": None, "index": None, "name": run.device.get("name"),
-                   "count": run.device.get("count"), "l2_bytes": None, "staged_through_host": None},
-        "versions": {run.tool: run.tool_version, **run.versions}, "version_mismatch": [], "conditions": None,
-        "options": dict(run.options),
+        **{k: v for k, v in known.items() if v is not None}, "backend": run.backend, "ranks": run.ranks,
+        "launcher": None, "slurm": None, "mpi": None, "torch": None, "device": device,
+        "versions": {k: v for k, v in {run.tool: run.tool_version, **run.versions}.items() if v},
+        "version_mismatch": [], "options": dict(run.options),
     }
     meta["source"] = {
         "tool": run.tool, "version": run.tool_version, "file": str(Path(run.file).resolve()), "sha256": digest,
         "line": run.first_line, "time_from": run.time_from, "start_time_local": run.start_time_local,
         "assumed": list(run.assumed), "definitions": dict(run.definitions), "skipped": list(run.skipped),
-        "unknown": [k for k in RUN_FIELDS if meta[k] is None], **run.extra_source,
+        "unknown": [k for k, v in known.items() if v is None] + ["launcher", "slurm", "mpi", "conditions"],
+        **run.extra_source,
     }
     return meta
 
@@ -72,36 +76,32 @@ def result_record(run: ToolRun, row: Row, run_id: str) -> dict:
     coll = COLLECTIVES[row.benchmark]
     n = run.ranks
     send, recv = row.send_bytes, row.recv_bytes
-    if n and send is None:
+    if send is None:
         send, recv = (coll.io_counts or coll.buffer_counts)(row.size_bytes, n)
-    s_bytes = coll.algbw_bytes(row.size_bytes, n) if n else None
-    factor = coll.busbw_factor(n) if n else None
+    s_bytes, factor = coll.algbw_bytes(row.size_bytes, n), coll.busbw_factor(n)
     avg = row.latency_us.get("avg")
-    algbw = bandwidth_gbps(s_bytes, avg) if s_bytes is not None and avg else None
+    algbw = bandwidth_gbps(s_bytes, avg) if avg else None
     result = {
         "type": "result", "run_id": run_id, "benchmark": row.benchmark, "backend": run.backend,
         "size_bytes": row.size_bytes, "send_bytes": send, "recv_bytes": recv, "ranks": n, "dtype": row.dtype,
         "op": row.op if coll.reduces else None, "in_place": row.in_place if coll.in_place_ok else None,
         "iterations": row.iterations, "warmup": row.warmup, "latency_us": dict(row.latency_us),
         "algbw_gbps": algbw, "busbw_gbps": algbw * factor if algbw is not None else None,
-        "algbw_bytes": s_bytes, "busbw_factor": factor, "check": row.check, "first_call_us": None,
-        "loop": None, "call_path": None, "timer": None, "device": run.device.get("kind"), "buffer": None,
-        "cache": None, "cache_bytes": None, "pool_bytes": None, "pool_slots": None, "cache_evicts": None,
-        "flush": None, "sync": None, "huge_pages": None, "huge_page_bytes": None, "time_utc": run.time_utc,
-        "wall_s": None,
+        "algbw_bytes": s_bytes, "busbw_factor": factor, "check": row.check, "device": run.device.get("kind"),
     }
-    if coll.rooted:
+    if run.time_utc:
+        result["time_utc"] = run.time_utc
+    unknown = [k for k in RESULT_NULLABLE if result[k] is None]
+    for name, applies, value in (("op", coll.reduces, row.op), ("in_place", coll.in_place_ok, row.in_place),
+                                 ("root", coll.rooted, row.root),
+                                 ("window", coll.point_to_point and coll.name != "latency", row.window)):
+        if applies and value is None:
+            unknown.append(name)
+    if coll.rooted and row.root is not None:
         result["root"] = row.root
     if coll.point_to_point:
-        result["pairs"] = n // 2 if n else None
+        result["pairs"] = n // 2
         result["window"] = row.window if coll.name != "latency" else None
-    unknown = [k for k in RESULT_FIELDS if result[k] is None]
-    if coll.rooted and row.root is None:
-        unknown.append("root")
-    if coll.reduces and row.op is None:
-        unknown.append("op")
-    if coll.in_place_ok and row.in_place is None:
-        unknown.append("in_place")
     result["source"] = {"tool": run.tool, "line": row.line, "values": dict(row.values),
                         "derived": dict(row.derived), "unknown": unknown}
     return result
@@ -109,4 +109,4 @@ def result_record(run: ToolRun, row: Row, run_id: str) -> dict:
 
 def end_record(run: ToolRun, run_id: str, count: int) -> dict:
     return {"type": "end", "run_id": run_id, "status": "complete" if run.complete else "incomplete",
-            "reason": run.end_reason, "time_utc": None, "results": count}
+            "reason": run.end_reason, "results": count}

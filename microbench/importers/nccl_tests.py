@@ -139,6 +139,8 @@ def parse_json(text: str, path: str, ranks: int | None, benchmark: str | None, a
     devices = config.get("devices") or []
     options = args_options(argv)
     stat = latency_stat(options, path)
+    if not (ranks or devices):
+        raise UsageError(f"{path}: the JSON lists no devices: pass --ranks N")
     run = ToolRun(tool="nccl-tests", tool_version=None, file=path, first_line=1, backend="nccl",
                   ranks=ranks or len(devices) or None, command=shlex.join(argv) if argv else None,
                   hosts_by_rank=[d.get("hostname") for d in devices] or None,

@@ -110,6 +110,9 @@ class TextReader:
             raise UsageError(f"{self.path}:{run.first_line}: an nccl-tests run without table rows")
         hosts = [self.ranks_seen[r][0] for r in sorted(self.ranks_seen)]
         run.ranks, run.hosts_by_rank = self._ranks(), hosts or None
+        if run.ranks is None:
+            raise UsageError(f"{self.path}:{run.first_line}: the output lists no ranks ('# Rank ...' lines): "
+                             f"pass --ranks N")
         run.device = nt.device_of([self.ranks_seen[r][1] for r in sorted(self.ranks_seen)])
         for row in run.rows:
             row.iterations, row.warmup = run.options.get("iterations"), run.options.get("warmup")

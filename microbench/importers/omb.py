@@ -128,6 +128,9 @@ class _Section:
         if found is None:
             return cls(None, None, options)
         benchmark, call = found
+        if ranks is None and benchmark not in POINT_TO_POINT:
+            raise UsageError(f"{path}:{lineno}: OMB does not print how many ranks ran its {title['name']} test: "
+                             f"pass --ranks N")
         accel = (title["accel"] or "").lstrip("-").split(" ")[0].lower()
         run = ToolRun(tool="omb", tool_version=title["version"], file=path, first_line=lineno, backend="mpi",
                       ranks=2 if benchmark in POINT_TO_POINT else ranks,
