@@ -2,8 +2,9 @@
 
 Each run the files hold becomes a run record, its results and an end record, appended to --out, so
 check, compare, history and plot read years of existing logs. Every record names its source (tool,
-version, file, line); what the tool's output does not say is null and listed as unknown, never
-guessed. A run already in --out (same file content) is not written twice.
+version, file, line); what the tool's output does not say is null (or left out) and listed as
+unknown, never guessed. A run already in --out (same file content) is not written twice. docs/import.md
+describes the formats and how each figure maps.
 
   microbench import omb osu_allreduce.log --ranks 64 --args "-m 8:1M -f" --out omb.jsonl
   microbench import nccl-tests all_reduce.json all_gather.log --out nccl.jsonl --time mtime

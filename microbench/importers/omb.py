@@ -6,9 +6,10 @@ header (``# Size  Avg Latency(us)`` and, with ``-f``, ``Min Latency(us)  Max Lat
 Iterations``; ``Validation`` with ``-c``; ``P50 Tail Lat(us)`` ... with ``-z``) and one row per size.
 Several sections may follow each other in one file (a job log running many benchmarks).
 
-OMB's reductions use MPI_SUM. What OMB does not print comes from ``--args`` (the options OMB ran with: ``-i``, ``-x``, ``-W``,
-``-T``, ``-l``, ``-m``) or ``--ranks``, else stays unknown. Sizes are OMB's, which microbench
-shares (allgather and alltoall: each rank's contribution; reduce_scatter: each rank's input).
+OMB's reductions use MPI_SUM. What OMB does not print comes from ``--args`` (the options OMB ran
+with: ``-i``, ``-x``, ``-W``, ``-T``, ``-l``, ``-m``) or ``--ranks`` (required for collectives), else
+stays unknown. Sizes are OMB's, which microbench shares (allgather and alltoall: each rank's
+contribution; reduce_scatter: each rank's input).
 """
 
 from __future__ import annotations

@@ -36,10 +36,7 @@ class Expectations:
 
 def load_run(path: str | os.PathLike) -> Run:
     """The last run in a records file; a missing or empty file is a UsageError."""
-    try:
-        runs = read_runs([path])
-    except UsageError:
-        raise
+    runs = read_runs([path])
     if not runs:
         raise UsageError(f"no microbench run in {path}")
     return runs[-1]
