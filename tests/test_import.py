@@ -10,6 +10,7 @@ import pytest
 from conftest import read_jsonl
 from fixtures.importers import make
 from microbench.cli import main as microbench_main
+from microbench.records.validate import file_problems, problems
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -23,6 +24,7 @@ def imported(capsys, tmp_path, tool: str, name: str, lines, *options: str) -> li
     out = tmp_path / "out.jsonl"
     code, stdout, err = run_cli(capsys, "import", tool, src, "--out", str(out), *options)
     assert code == 0, err
+    assert file_problems(out) == []  # microbench/records/schema.json
     return read_jsonl(out)
 
 
@@ -86,6 +88,7 @@ def test_a_job_log_with_several_omb_benchmarks_and_one_without_counterpart(capsy
         assert res["latency_us"]["avg"] == pytest.approx(factor * 4096 / printed)  # us per message, 1 MB = 1e6 B
         assert res["algbw_gbps"] == pytest.approx(printed / 1000)  # back to OMB's figure, in GB/s
         assert "latency_us.avg" in res["source"]["derived"]
+        assert res["latency_us"]["min"] == res["latency_us"]["max"] == res["latency_us"]["avg"]  # one timing rank
     alltoall, = by_bench["alltoall"]
     assert (alltoall["send_bytes"], alltoall["algbw_bytes"], alltoall["busbw_factor"]) == (128, 128, 7 / 8)
 
@@ -245,3 +248,12 @@ def test_omb_device_buffers_and_several_datatypes_in_one_section(capsys, tmp_pat
     assert run["device"]["kind"] == "cuda" and run["options"]["title"] == "OSU MPI-CUDA Allgather Latency Test v7.4"
     assert [(r["dtype"], r["size_bytes"], r["device"]) for r in of_type(recs, "result")] == [
         ("int8", 8, "cuda"), ("int8", 16, "cuda"), ("float32", 8, "cuda"), ("float32", 16, "cuda")]
+
+
+def test_the_schema_lets_imported_records_lack_statistics_their_tool_did_not_print(capsys, tmp_path):
+    recs = imported(capsys, tmp_path, "nccl-tests", "ar.log", make.nccl_text("all_reduce_perf", ["a", "b"], [8]))
+    res = of_type(recs, "result")[0]
+    assert res["latency_us"] == {"avg": 20.0} and problems(res) == []
+    own = {k: v for k, v in res.items() if k != "source"}  # the same figures as microbench's own record: refused
+    assert any("'min' is a required property" in p for p in problems(own))
+    assert problems({**res, "latency_us": {}})  # a result with no statistic at all is refused either way

@@ -24,6 +24,7 @@ import microbench
 from microbench.collectives import COLLECTIVES
 from microbench.importers.model import Row, ToolRun
 from microbench.records import SCHEMA_VERSION
+from microbench.records.build import end_record as build_end_record
 from microbench.stats import bandwidth_gbps
 
 #: run-record fields a tool's output may not tell (left out when unknown)
@@ -108,5 +109,6 @@ def result_record(run: ToolRun, row: Row, run_id: str) -> dict:
 
 
 def end_record(run: ToolRun, run_id: str, count: int) -> dict:
-    return {"type": "end", "run_id": run_id, "status": "complete" if run.complete else "incomplete",
-            "reason": run.end_reason, "results": count}
+    record = build_end_record(run_id, "complete" if run.complete else "incomplete", run.end_reason, count)
+    del record["time_utc"]  # the builder's clock is the import's, not the run's: unknown
+    return record

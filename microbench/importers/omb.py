@@ -195,6 +195,11 @@ def _latencies(row: Row, values: dict) -> None:
         moved = 2 * row.size_bytes if row.benchmark == "bibw" else row.size_bytes
         row.latency_us["avg"] = moved / bandwidth  # bytes / (MB/s) = us with 1 MB = 1e6 B
         row.derived["latency_us.avg"] = DEFINITIONS[row.benchmark]["avg"]
+    if row.benchmark in POINT_TO_POINT and "avg" in row.latency_us:
+        avg = row.latency_us["avg"]
+        row.latency_us.update(min=avg, max=avg, timing_ranks=1)
+        row.derived["latency_us.min, latency_us.max"] = ("equal to avg: one rank (rank 0) timed, so the minimum and "
+                                                         "maximum across timing ranks are its mean")
 
 
 def _finish(run: ToolRun, options: dict) -> None:
