@@ -45,7 +45,8 @@ DEFINITIONS = {
 NTHREAD = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 VERSION_LINE = re.compile(r"^#\s*nccl-tests version (\S+)(?:.*nccl-library=(\d+))?")
 STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
+RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
+                       r"\s+\[[^\]]*\]\s*(.*)$")
 NCCL_INFO = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 HEADER_ITEMS = {"warmup": r"warmup iters: (\d+)", "iterations": r"(?<!warmup )(?<!agg )iters: (\d+)",
                  "agg_iterations": r"agg iters: (\d+)", "validation": r"validation: (\d+)", "graph": r"graph: (\d+)",

@@ -169,7 +169,8 @@ class _Section:
         except ValueError:
             raise UsageError(f"{self.run.file}:{lineno}: not an OMB row: {' '.join(tokens)!r}") from None
         row = Row(benchmark=self.benchmark, size_bytes=size, latency_us={}, line=lineno, values=values,
-                  dtype=self.dtype, op="sum" if COLLECTIVES[self.benchmark].reduces else None, iterations=self.options.get("iterations"), warmup=self.options.get("warmup"),
+                  dtype=self.dtype, op="sum" if COLLECTIVES[self.benchmark].reduces else None,
+                  iterations=self.options.get("iterations"), warmup=self.options.get("warmup"),
                   in_place=self.options.get("in_place", False) if self.run.command else None,
                   window=self.options.get("window_size"))
         _latencies(row, values)

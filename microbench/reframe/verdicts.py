@@ -79,7 +79,8 @@ def _run_problems(run: Run, want: Expectations) -> list[str]:
     status = (run.end or {}).get("status")
     if status != "complete":
         reason = (run.end or {}).get("reason") or ""
-        problems.append(f"the run did not complete (end record: {status or 'missing'}{': ' + reason if reason else ''})")
+        why = f": {reason}" if reason else ""
+        problems.append(f"the run did not complete (end record: {status or 'missing'}{why})")
     if meta.get("ranks") != want.ranks:
         problems.append(f"the run had {meta.get('ranks')} ranks, the test asked for {want.ranks} (a launcher "
                         f"that did not wire the ranks together starts each as a singleton)")
