@@ -33,13 +33,13 @@ TYPES = {"int8": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "uin
          "double": ("float64", 8), "bfloat16": ("bfloat16", 2), "f8e4m3": ("f8e4m3", 1), "f8e5m2": ("f8e5m2", 1)}
 #: -a: which statistic nccl-tests' time is
 AVERAGE = {1: "avg", 2: "min", 3: "max"}
-PER_ITER = {"i_min": "fastest", "i_max": "slowest", "i_p99": "p99"}
+PER_ITER = {"i_min": "fastest", "i_max": "slowest", "i_p50": "p50", "i_p99": "p99"}  #: i_p50: JSON only
 DEFINITIONS = {
     "avg": "nccl-tests' time (-a 1): each rank's mean time per iteration, averaged over ranks",
     "min": "nccl-tests' time with -a 2: the minimum over ranks of the mean time per iteration",
     "max": "nccl-tests' time with -a 3: the maximum over ranks of the mean time per iteration",
-    "fastest/slowest/p99": "nccl-tests -I 1 (i_min, i_max, i_p99): over iterations of the CUDA-event time, "
-                           "the maximum over the process's GPUs per iteration",
+    "fastest/slowest/p50/p99": "nccl-tests -I 1 (i_min, i_max, the JSON's p50_us, i_p99): over iterations of the "
+                               "CUDA-event time, the maximum over the process's GPUs per iteration",
 }
 
 NTHREAD = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
@@ -173,7 +173,7 @@ def _json_half(half: dict, per_iter: dict | None) -> dict:
                "busbw": half.get("bus_bw"), "#wrong": half.get("nwrong") if half.get("nwrong") is not None else "N/A"}
     if isinstance(per_iter, dict):
         figures.update({"i_min": per_iter.get("min_us"), "i_max": per_iter.get("max_us"),
-                        "i_p99": per_iter.get("p99_us")})
+                        "i_p50": per_iter.get("p50_us"), "i_p99": per_iter.get("p99_us")})
     return figures
 
 
