@@ -1,0 +1,146 @@
+"""Verdicts: ``microbench check`` per rule with its reasons, ``microbench compare`` with its intervals.
+
+Both come from the gate itself (``gate.check.evaluate``, ``gate.compare.compare``); this module only lays
+them out. The interval glyph of a compare row draws, on a log axis shared by the table: the band
+1 +- threshold (grey), 1 (a line), the confidence interval of the ratio (a bar) and the ratio (a dot).
+"""
+
+from __future__ import annotations
+
+import math
+
+from microbench.gate import keys
+from microbench.gate.check import Judgement, RuleOutcome
+from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, \
+    Comparison
+from microbench.gate.metrics import UNITS, explain
+from microbench.gate.spec import Spec
+from microbench.htmlreport.markup import Section, badge, el, esc, notes, num, svg_root, table, text_el
+from microbench.sizes import format_size
+
+_VERDICT_TEXT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "noise", OK: "ok"}
+_BAD = {REGRESSION, UNCONFIRMED}
+_GLYPH_W, _GLYPH_H = 180, 16
+
+
+def _criterion(j: Judgement) -> str:
+    if j.metric == "latency":
+        return f"{j.stat} latency"
+    if j.metric:
+        return j.metric if j.stat is None else f"{j.metric} (from {j.stat})"
+    return {"require_check": "data check", "min_runs": "runs"}.get(j.criterion, j.criterion)
+
+
+def _judgement_row(j: Judgement, shown: list[str]) -> list[str]:
+    k = j.key
+    unit = f" {UNITS[j.metric]}" if j.metric else ""
+    op = "<=" if j.criterion.startswith("max") else ">="
+    allowed = f"{op} {num(j.allowed)}{unit}" if j.allowed is not None else (
+        "pass" if j.criterion == "require_check" else f">= {j.limit}" if j.limit is not None else "-")
+    values = ", ".join(num(v) if isinstance(v, (int, float)) or v is None else str(v) for v in j.values) or "-"
+    return [esc(k.benchmark), esc(format_size(k.size_bytes) if k.size_bytes else "-"), esc(k.get("ranks")),
+            esc(k.get("backend")), esc(keys.describe_options(k, shown)), esc(_criterion(j)), esc(len(j.run_ids)),
+            esc(values), esc(f"{num(j.value)}{unit}" if j.value is not None else "-"), esc(allowed),
+            badge("pass" if j.passed else "FAIL", j.passed), esc(j.detail)]
+
+
+def _rule_block(outcome: RuleOutcome) -> str:
+    rule = outcome.rule
+    head = el("h3", badge("PASS" if outcome.passed else "FAIL", outcome.passed)
+              + esc(f" rule {rule.index}: {rule.title()}") + text_el("span", f" [{rule.judging_text()}]", class_="dim"))
+    body = notes([f"FAIL: {p}" for p in outcome.problems], class_="problems")
+    if outcome.judgements:
+        shown = [n for n in keys.varying_options(j.key for j in outcome.judgements) if n not in ("ranks", "backend")]
+        rows = [_judgement_row(j, shown) for j in outcome.judgements]
+        body += table(["benchmark", "size", "ranks", "backend", "options", "criterion", "runs", "per-run values",
+                       "judged", "allowed", "result", "reason"], rows, numeric=[2, 6, 8],
+                      row_classes=[None if j.passed else "bad" for j in outcome.judgements])
+    return el("div", head + body, class_="rule")
+
+
+def check_section(spec: Spec, outcomes: list[RuleOutcome]) -> Section:
+    failed = sum(not o.passed for o in outcomes)
+    passed = failed == 0
+    intro = text_el("p", f"Spec {spec.path}" + (f": {spec.description}" if spec.description else "") + ". "
+                    "latency: the statistic the rule names (p50 unless it says); bandwidth: S [x busbw factor] / "
+                    "latency[stat] (avg unless it says); runs=median judges the median run, best the best, all the "
+                    "worst; allowed = limit loosened by the tolerance. Fail closed: a rule nothing matches fails.",
+                    class_="how")
+    summary = el("p", badge("PASS" if passed else "FAIL", passed)
+                 + esc(f" {len(outcomes)} rule(s): {len(outcomes) - failed} passed, {failed} failed"))
+    html = summary + intro + "".join(_rule_block(o) for o in outcomes)
+    return Section("check", "Acceptance check", html, f"{'PASS' if passed else 'FAIL'}: "
+                   f"{len(outcomes) - failed} of {len(outcomes)} rules pass", passed)
+
+
+def _glyph_scale(result: Comparison) -> tuple[float, float]:
+    values = [1 - result.threshold, 1 + result.threshold]
+    for r in result.rows:
+        values += [r.ratio] + ([r.interval.low, r.interval.high] if r.interval else [])
+    values = [v for v in values if v > 0]
+    return math.log(min(values)) - 0.05, math.log(max(values)) + 0.05
+
+
+def interval_glyph(ratio: float, low: float | None, high: float | None, threshold: float, verdict: str,
+                   domain: tuple[float, float], tip: str) -> str:
+    """A small SVG: threshold band, 1, the interval and the ratio on a log axis over ``domain`` (log values)."""
+    a, b = domain
+
+    def x(v: float) -> float:
+        return 4 + (math.log(v) - a) / (b - a) * (_GLYPH_W - 8)
+
+    colour = "#c62828" if verdict in _BAD else "#2e7d32" if verdict.startswith("improved") else "#555"
+    parts = [f'<rect x="{x(1 - threshold):.1f}" y="2" width="{x(1 + threshold) - x(1 - threshold):.1f}" '
+             f'height="{_GLYPH_H - 4}" fill="#e6e6e6"/>',
+             f'<line x1="{x(1):.1f}" x2="{x(1):.1f}" y1="0" y2="{_GLYPH_H}" stroke="#888"/>']
+    if low is not None and high is not None:
+        parts.append(f'<line x1="{x(low):.1f}" x2="{x(high):.1f}" y1="{_GLYPH_H / 2}" y2="{_GLYPH_H / 2}" '
+                     f'stroke="{colour}" stroke-width="3"/>')
+    parts.append(f'<circle cx="{x(ratio):.1f}" cy="{_GLYPH_H / 2}" r="4" fill="{colour}"/>')
+    return svg_root("".join(parts), _GLYPH_W, _GLYPH_H, class_="glyph", data_tip=tip)
+
+
+def _compare_rows(result: Comparison) -> tuple[list[list[str]], list[str | None]]:
+    shown = [n for n in keys.varying_options(r.key for r in result.rows) if n not in ("ranks", "backend")]
+    domain = _glyph_scale(result)
+    rows, classes = [], []
+    for r in result.rows:
+        iv = r.interval
+        verdict = _VERDICT_TEXT.get(r.verdict, r.verdict)
+        ci = f"[{iv.low:.3f}, {iv.high:.3f}]" if iv else "too few runs"
+        tip = f"ratio {r.ratio:.4f}, {result.confidence * 100:g} % CI {ci}, {verdict}"
+        rows.append([esc(format_size(r.key.size_bytes)), esc(r.key.benchmark), esc(r.key.get("ranks")),
+                     esc(r.key.get("backend")), esc(keys.describe_options(r.key, shown)), esc(num(r.baseline_median)),
+                     esc(len(r.baseline)), esc(num(r.new_median)), esc(len(r.new)), esc(f"{r.ratio:.3f}"), esc(ci),
+                     interval_glyph(r.ratio, iv.low if iv else None, iv.high if iv else None, result.threshold,
+                                    r.verdict, domain, tip),
+                     badge(verdict, None if r.verdict in (OK, NOISE) else r.verdict not in _BAD)])
+        classes.append("bad" if r.verdict in _BAD else None)
+    return rows, classes
+
+
+def compare_section(result: Comparison, baseline_names: list[str], new_names: list[str]) -> Section:
+    unit = UNITS[result.metric]
+    conf = f"{result.confidence * 100:g} %"
+    how = text_el("p", f"Baseline: {len(baseline_names)} run(s); new: the {len(new_names)} run(s) of this report. "
+                  f"Per-run value: {explain(result.metric, result.stat)}. ratio = median(new) / median(baseline); "
+                  f"{conf} interval distribution-free over runs (Mann-Whitney / Hodges-Lehmann). REGRESSION: worse "
+                  f"by more than {result.threshold * 100:g} % with an interval that excludes 1; regression?: beyond "
+                  "the threshold with too few runs to judge; noise: beyond it, the interval holds 1. The glyph: grey "
+                  f"band 1 +- threshold, line at 1, bar the interval, dot the ratio (log axis).", class_="how")
+    if not result.rows:
+        return Section("compare", "Compare with the baseline",
+                       how + text_el("p", "Nothing to compare: no configuration was measured on both sides."),
+                       "nothing compared", None)
+    rows, classes = _compare_rows(result)
+    html = how + table(["size", "benchmark", "ranks", "backend", "options", f"baseline ({unit})", "runs",
+                        f"new ({unit})", "runs", "ratio", f"{conf} CI", "interval", "verdict"], rows,
+                       numeric=[0, 2, 5, 6, 7, 8, 9], row_classes=classes)
+    only = [f"{len(keys_)} configuration(s) only in {side}: " + ", ".join(
+        f"{k.benchmark} {format_size(k.size_bytes)}" for k in keys_[:10]) + (" ..." if len(keys_) > 10 else "")
+        for side, keys_ in (("the baseline", result.only_baseline), ("the new runs", result.only_new)) if keys_]
+    html += notes(only)
+    bad = result.count(REGRESSION) + result.count(UNCONFIRMED)
+    counts = ", ".join(f"{result.count(v)} {_VERDICT_TEXT.get(v, v)}" for v in
+                       (REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED) if result.count(v))
+    return Section("compare", "Compare with the baseline", html, f"{len(result.rows)} compared: {counts}", not bad)
