@@ -21,7 +21,7 @@ from microbench.errors import UsageError
 from microbench.gate.compare import compare
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.check import evaluate
-from microbench.gate.load import load_runs, time_span
+from microbench.gate.load import load_runs, run_time, time_span
 from microbench.gate.metrics import LATENCY_STATS
 from microbench.gate.spec import load_spec
 from microbench.htmlreport import figures, heatmaps, history, page, runs as runs_part, verdicts, workload
@@ -74,7 +74,7 @@ def build_sections(args, runs, names) -> list[Section]:
 
 def main(args) -> int:
     out = _out_path(args.out)
-    runs = load_runs(args.results)
+    runs = sorted(load_runs(args.results), key=lambda r: (run_time(r) is None, run_time(r) or 0))
     names = runs_part.run_names(runs)
     if args.workload:
         workload.load(args.workload)  # bad input ends here, before any work

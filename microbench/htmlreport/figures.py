@@ -68,15 +68,17 @@ def collect(runs: list[Run], names: list[str], benchmark: str, stat: str) -> tup
     return drawn, notes_
 
 
-def _lines(drawn: list[Drawn], names: list[str], configs: list[ConfigKey], shown: list[str], bandwidth: bool,
-           hide_single: bool) -> list[svg.Line]:
+def _lines(drawn: list[Drawn], names: list[str], configs: list[ConfigKey], shown: list[str], stat: str,
+           bandwidth: bool, hide_single: bool) -> list[svg.Line]:
+    """The chart lines of the drawn series (latency, or busbw when ``bandwidth``); a series drawn with the
+    fallback statistic says so in its label."""
     lines = []
     for n, d in enumerate(drawn):
         s = d.series
         cfg = configs.index(s.key)
         where = names[d.run] if d.run is not None else f"median of {s.runs} runs"
         opts = keys.describe_options(s.key, shown) if shown else ""
-        label = where + (f", {opts}" if opts else "") + (f" [{d.stat}]" if d.stat != drawn[0].stat else "")
+        label = where + (f", {opts}" if opts else "") + (f" [{d.stat}]" if d.stat == FALLBACK_STAT != stat else "")
         color, dash = svg.style_of(n)
         tokens = f"s{n} cfg:{cfg} " + (f"run:{d.run}" if d.run is not None else "median")
         line = svg.Line(f"s{n}", label, tokens, color, dash, hidden=hide_single == (d.run is not None))
@@ -116,8 +118,8 @@ def figure_group(runs: list[Run], names: list[str], benchmark: str, stat: str) -
     configs = list(dict.fromkeys(d.series.key for d in drawn))
     shown = keys.varying_options(configs)
     hide_single = len({d.run for d in drawn if d.run is not None}) > MANY_RUNS and any(d.run is None for d in drawn)
-    lat = _lines(drawn, names, configs, shown, False, hide_single)
-    bw = _lines(drawn, names, configs, shown, True, hide_single)
+    lat = _lines(drawn, names, configs, shown, stat, False, hide_single)
+    bw = _lines(drawn, names, configs, shown, stat, True, hide_single)
     size_label = format_size
     charts = [
         svg.line_chart(lat, svg.make_axes(lat, "log2", True, "message size (bytes per rank)", f"{stat} latency (us)",
