@@ -61,8 +61,8 @@ def heatmap_svg(rec: dict, cells_out: set[tuple[int, int]]) -> str:
             if not isinstance(v, (int, float)):
                 parts.append(f'<rect class="diag" x="{x}" y="{y}" width="{cell}" height="{cell}"/>')
                 continue
-            t = (v - lo) / (hi - lo) if hi > lo else 0.0
-            fill, ink = _colour(t if worse_high else 1 - t)
+            t = (v - lo) / (hi - lo) if hi > lo else None  # a uniform matrix is all good
+            fill, ink = _colour(0.0 if t is None else t if worse_high else 1 - t)
             flagged = (min(i, j), max(i, j)) in cells_out
             tip = f"{name} - {labels[j] if j < len(labels) else j}: {v:.4g} {unit}" + (" (outlier)" if flagged else "")
             parts.append(empty("rect", class_="cell out" if flagged else "cell", x=x, y=y, width=cell, height=cell,
@@ -83,6 +83,9 @@ def _one(rec: dict, run_name: str) -> tuple[str, list[str]]:
     lines = [f"{len(cells_out)} outlier link(s)" + (" (computed here: the record has no outlier list)" if computed
                                                    else "")
              + (f"; rule: {rule.get('statistic')}, {rule.get('direction')} z {rule.get('z_limit')}" if rule else "")]
+    values = [v for row in rec["matrix"] for v in row if isinstance(v, (int, float))]
+    if values:
+        lines.append(f"cells from {min(values):.4g} to {max(values):.4g} {rec.get('matrix_unit', '')}")
     lines += node_lines
     body = text_el("h3", title) + el("figure", heatmap_svg(rec, cells_out)) + notes(lines)
     return el("div", body, class_="figure-group pairs"), lines

@@ -15,12 +15,13 @@ from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, R
     Comparison
 from microbench.gate.metrics import UNITS, explain
 from microbench.gate.spec import Spec
-from microbench.htmlreport.markup import Section, badge, el, esc, notes, num, svg_root, table, text_el
+from microbench.htmlreport.markup import Section, badge, details, el, esc, notes, num, svg_root, table, text_el
 from microbench.sizes import format_size
 
 _VERDICT_TEXT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "noise", OK: "ok"}
 _BAD = {REGRESSION, UNCONFIRMED}
 _GLYPH_W, _GLYPH_H = 180, 16
+SHOW_ALL = 20  #: a rule with more rows than this shows its failures and folds its passes
 
 
 def _criterion(j: Judgement) -> str:
@@ -37,7 +38,10 @@ def _judgement_row(j: Judgement, shown: list[str]) -> list[str]:
     op = "<=" if j.criterion.startswith("max") else ">="
     allowed = f"{op} {num(j.allowed)}{unit}" if j.allowed is not None else (
         "pass" if j.criterion == "require_check" else f">= {j.limit}" if j.limit is not None else "-")
-    values = ", ".join(num(v) if isinstance(v, (int, float)) or v is None else str(v) for v in j.values) or "-"
+    if j.criterion == "require_check":
+        values = ", ".join(str(v or "off") for v in j.values)
+    else:
+        values = ", ".join(num(v) if isinstance(v, (int, float)) or v is None else str(v) for v in j.values) or "-"
     return [esc(k.benchmark), esc(format_size(k.size_bytes) if k.size_bytes else "-"), esc(k.get("ranks")),
             esc(k.get("backend")), esc(keys.describe_options(k, shown)), esc(_criterion(j)), esc(len(j.run_ids)),
             esc(values), esc(f"{num(j.value)}{unit}" if j.value is not None else "-"), esc(allowed),
@@ -49,13 +53,23 @@ def _rule_block(outcome: RuleOutcome) -> str:
     head = el("h3", badge("PASS" if outcome.passed else "FAIL", outcome.passed)
               + esc(f" rule {rule.index}: {rule.title()}") + text_el("span", f" [{rule.judging_text()}]", class_="dim"))
     body = notes([f"FAIL: {p}" for p in outcome.problems], class_="problems")
-    if outcome.judgements:
-        shown = [n for n in keys.varying_options(j.key for j in outcome.judgements) if n not in ("ranks", "backend")]
-        rows = [_judgement_row(j, shown) for j in outcome.judgements]
-        body += table(["benchmark", "size", "ranks", "backend", "options", "criterion", "runs", "per-run values",
-                       "judged", "allowed", "result", "reason"], rows, numeric=[2, 6, 8],
-                      row_classes=[None if j.passed else "bad" for j in outcome.judgements])
+    if not outcome.judgements:
+        return el("div", head + body, class_="rule")
+    shown = [n for n in keys.varying_options(j.key for j in outcome.judgements) if n not in ("ranks", "backend")]
+    failed = [j for j in outcome.judgements if not j.passed]
+    passed = [j for j in outcome.judgements if j.passed]
+    if len(outcome.judgements) <= SHOW_ALL or not failed or not passed:
+        body += _judgements(outcome.judgements, shown)
+    else:  # a long rule: its failures first, its passes folded
+        body += _judgements(failed, shown) + details(f"{len(passed)} passing row(s)", _judgements(passed, shown))
     return el("div", head + body, class_="rule")
+
+
+def _judgements(judgements: list[Judgement], shown: list[str]) -> str:
+    rows = [_judgement_row(j, shown) for j in judgements]
+    return table(["benchmark", "size", "ranks", "backend", "options", "criterion", "runs", "per-run values",
+                  "judged", "allowed", "result", "reason"], rows, numeric=[2, 6, 8],
+                 row_classes=[None if j.passed else "bad" for j in judgements])
 
 
 def check_section(spec: Spec, outcomes: list[RuleOutcome]) -> Section:
