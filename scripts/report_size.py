@@ -54,7 +54,8 @@ def plotly_page(data, path: Path) -> None:
         fig.update_xaxes(type="log")
         fig.update_yaxes(type="log", row=1, col=1)
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(n == 0)))
-    path.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>" + "".join(parts) + "</body></html>")
+    path.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>" + "".join(parts)
+                    + "</body></html>")
 
 
 def bokeh_page(data, path: Path) -> None:

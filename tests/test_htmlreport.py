@@ -45,7 +45,7 @@ def series_points(group, chart_index: int, run_id: str) -> dict[str, dict]:
     chart = group.find_all("svg", cls="chart")[chart_index]
     g = [s for s in chart.find_all("g", cls="series") if s.attrs["data-label"].startswith(run_id)]
     assert len(g) == 1, [s.attrs["data-label"] for s in chart.find_all("g", cls="series")]
-    return {c.attrs["data-x"]: c.attrs for c in g[0].find_all("circle", cls="pt")}
+    return {c.attrs["data-x"]: c.attrs for c in g[0].find_all("circle")}
 
 
 def close(shown: str, value: float) -> bool:
@@ -172,7 +172,7 @@ def test_history_has_one_point_per_run(page, inputs):
     chart = root.find(id="history-allreduce").find("svg", cls="chart")
     by_label = {g.attrs["data-label"]: g for g in chart.find_all("g", cls="series")}
     for size in (8, 1024):
-        points = by_label[f"allreduce {format_size(size)}"].find_all("circle", cls="pt")
+        points = by_label[f"allreduce {format_size(size)}"].find_all("circle")
         values = sorted(float(c.attrs["data-y"]) for c in points)
         recorded = sorted(r["latency_us"]["p50"] for p in inputs.real_runs for r in results(p, "allreduce")
                           if r["size_bytes"] == size)

@@ -2,7 +2,7 @@
 
 The SVG is complete without script (it prints and renders as is); ``report.js`` adds hover and toggling
 from the attributes written here: each series is a ``<g class="series" data-series=ID data-keys="ID run:..
-cfg:.." data-label=...>``, each point a ``<circle class="pt" data-x=X-TEXT data-y=VALUE>`` (and ``data-lo`` /
+cfg:.." data-label=... fill=COLOUR>``, each point a ``<circle data-x=X-TEXT data-y=VALUE>`` (and ``data-lo`` /
 ``data-hi`` for its band), the chart ``<svg class="chart" data-unit=UNIT data-what=...>``.
 """
 
@@ -178,10 +178,10 @@ def _series(line: Line, axes: Axes) -> str:
                      f'stroke="{line.color}"{dash}/>')
     for p in usable:
         extra = attrs(data_lo=fmt(p.lo) if p.lo is not None else None, data_hi=fmt(p.hi) if p.hi is not None else None)
-        parts.append(f'<circle class="pt" cx="{axes.x(p.x):.1f}" cy="{axes.y(p.y):.1f}" r="2.6" fill="{line.color}" '
+        parts.append(f'<circle cx="{axes.x(p.x):.1f}" cy="{axes.y(p.y):.1f}" r="2.6" '
                      f'data-x="{esc(p.x_text)}" data-y="{fmt(p.y)}"{extra}/>')
     cls = "series off" if line.hidden else "series"
-    return (f'<g{attrs(class_=cls, data_series=line.sid, data_keys=line.keys, data_label=line.label)}>'
+    return (f'<g{attrs(class_=cls, fill=line.color, data_series=line.sid, data_keys=line.keys, data_label=line.label)}>'
             + "".join(parts) + "</g>")
 
 

@@ -27,7 +27,7 @@
   /* The visible point nearest the pointer, within 30 px. */
   function nearest(svg, e) {
     var best = null, bestD = 900;
-    svg.querySelectorAll("g.series:not(.off) circle.pt").forEach(function (c) {
+    svg.querySelectorAll("g.series:not(.off) circle[data-y]").forEach(function (c) {
       var r = c.getBoundingClientRect();
       var dx = r.left + r.width / 2 - e.clientX, dy = r.top + r.height / 2 - e.clientY;
       if (dx * dx + dy * dy < bestD) { bestD = dx * dx + dy * dy; best = c; }
@@ -36,7 +36,7 @@
   }
 
   document.querySelectorAll("svg.chart").forEach(function (svg) {
-    if (!svg.querySelector("circle.pt")) { return; }
+    if (!svg.querySelector("circle[data-y]")) { return; }
     svg.addEventListener("mousemove", function (e) {
       var c = nearest(svg, e);
       unmark();
