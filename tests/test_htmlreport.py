@@ -340,3 +340,16 @@ def test_in_chromium_buttons_hide_and_show_series(browser, inputs):
     assert [s.is_displayed() for s in series] == [False, False] and button.get_attribute("aria-pressed") == "false"
     run_button.click()
     assert all(s.is_displayed() for s in series)
+
+
+def test_the_size_script_measures_the_page(tmp_path):
+    import sys
+
+    from conftest import REPO, run_process
+
+    synth.write_runs(tmp_path / "n.jsonl", 2, synth.base_latency)
+    done = run_process([sys.executable, str(REPO / "scripts" / "report_size.py"), str(tmp_path / "n.jsonl"),
+                        "--out-dir", str(tmp_path / "out")], timeout=120)
+    assert done.returncode == 0, done.output
+    row = [line for line in done.stdout.splitlines() if line.startswith("microbench report (whole page)")][0]
+    assert int(row.split()[-2].replace(",", "")) == (tmp_path / "out" / "report.html").stat().st_size
