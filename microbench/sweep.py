@@ -170,7 +170,7 @@ def _summarise(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra:
     if rc.rank != 0:
         return None
     return build.Figures(latency, first, check, m.iterations, m.warmup, huge_total,
-                         round(time.perf_counter() - started, 4))
+                         round(time.perf_counter() - started, 4), m.budget_estimate_s)
 
 
 def _write_samples(rc: RunContext, job: SizeJob, mode: str, m: engine.Measurement) -> None:

@@ -57,6 +57,7 @@ class Figures:
     warmup: int
     huge_page_bytes: int
     wall_s: float
+    budget_estimate_s: float | None = None  #: --time-budget: the per-iteration time the count came from
 
 
 def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
@@ -127,6 +128,8 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
     }
     if plan.size_bytes != requested:
         record["requested_bytes"] = requested
+    if opts.time_budget is not None:
+        record["time_budget"] = {"seconds": opts.time_budget, "per_iteration_s": figures.budget_estimate_s}
     mpi_call = transport.python_backend.call_name(coll.primitive)
     if mpi_call:
         record["mpi_call"] = mpi_call
