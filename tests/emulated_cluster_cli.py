@@ -44,10 +44,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _program(argv: list[str]) -> list[str]:
+    """The command after ``--``; its first ``microbench`` word becomes this Python's ``-m microbench``."""
     argv = argv[1:] if argv[:1] == ["--"] else argv
     if not argv:
         raise SystemExit("give the program to run after --")
-    return [sys.executable, "-m", "microbench", *argv[1:]] if argv[0] == "microbench" else argv
+    if "microbench" in argv:
+        at = argv.index("microbench")
+        return [*argv[:at], sys.executable, "-m", "microbench", *argv[at + 1:]]
+    return argv
 
 
 def _slurm(cluster: EmulatedCluster):

@@ -75,7 +75,7 @@ def test_ranks_inside_one_node_use_shared_memory(cluster, tmp_path):
                 env={"OMPI_MCA_btl": "self,sm"})
     assert proc.returncode == 0, proc.output
     assert read_jsonl(tmp_path / "r.jsonl")[0]["ranks_per_host"] == {"node0": 2}
-    assert _rx_bytes(cluster, "node0") - before < 1 << 20  # the 80 MiB stayed off the link
+    assert _rx_bytes(cluster, "node0") - before < 1 << 20  # the 96 MiB stayed off the link
 
 
 def test_without_tcp_ranks_on_two_nodes_cannot_reach_each_other(cluster, tmp_path):
