@@ -71,8 +71,8 @@ def test_data_between_nodes_crosses_the_nodes_link(cluster, tmp_path):
 
 def test_ranks_inside_one_node_use_shared_memory(cluster, tmp_path):
     before = _rx_bytes(cluster, "node0")
-    proc = _run(cluster, 1, 2, ["run", "bw", "-m", "1M", "-W", "8", "-i", "10", "-x", "2", "--out", str(tmp_path / "r.jsonl")],
-                env={"OMPI_MCA_btl": "self,sm"})
+    proc = _run(cluster, 1, 2, ["run", "bw", "-m", "1M", "-W", "8", "-i", "10", "-x", "2",
+                                "--out", str(tmp_path / "r.jsonl")], env={"OMPI_MCA_btl": "self,sm"})
     assert proc.returncode == 0, proc.output
     assert read_jsonl(tmp_path / "r.jsonl")[0]["ranks_per_host"] == {"node0": 2}
     assert _rx_bytes(cluster, "node0") - before < 1 << 20  # the 96 MiB stayed off the link
