@@ -1,27 +1,14 @@
-"""Device buffers and GPU timing: which GPU a rank uses, device pools, CUDA events, CUDA graphs.
+"""Device buffers: which GPU a rank uses, what it offers, device pools and the device cache flush.
 
-Buffers. Every pool has host slots (page-aligned, written by their rank; ``--check`` fills and verifies
-them) and, for ``--device cuda``, device slots of the same shape (torch tensors or cupy arrays) that the
-transport moves. ``push(k)`` copies slot k's host data to the device and ``pull(k)`` back, both outside
-the timed region and followed by a device synchronisation. On the CPU the torch tensors share the host
-slots' memory, so nothing is copied.
-
-GPU timing rules (torch on CUDA). The device is synchronised and the ranks pass a barrier before the
-timed region. In the lean loop one CUDA event is recorded on the current stream after every call (the
-collectives of torch.distributed make that stream wait for the communication stream), so iteration i
-lasts from event i to event i+1 on the GPU's clock; the host only waits at the end. With --sync barrier,
---flush or --check, each iteration has its own start and end events, the device is synchronised before
-the barrier, and the flush (a write of twice the L2 size) runs before the start event. With --cuda-graph
-the timed iterations are captured into a CUDA graph of G iterations (G = min(100, iterations / 10)); each
-replay is timed with an event pair and gives one sample, its time divided by G. With --check, --sync barrier
-or --flush, each timed iteration replays a one-call graph of its slot (see ``CudaGraphLoop``). A graph of
-a 1-rank in-place collective is empty (NCCL has nothing to do), and says so in a torch warning.
+Every pool has host slots (page-aligned, written by their rank; ``--check`` fills and verifies them) and,
+for ``--device cuda``, device slots of the same shape (torch tensors or cupy arrays) that the transport
+moves. ``push(k)`` copies slot k's host data to the device and ``pull(k)`` back, both outside the timed
+region and followed by a device synchronisation. On the CPU the torch tensors share the host slots'
+memory, so nothing is copied. GPU timing is in microbench.gpu_loops.
 """
-
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 from dataclasses import dataclass
 
@@ -30,10 +17,6 @@ import numpy as np
 from microbench.buffers import BufferPool
 from microbench.collectives import Buffers
 from microbench.errors import RunError
-
-GRAPH_ITERATIONS = 100  #: most iterations captured in one graph
-MIN_REPLAYS = 10  #: fewest replays (samples) a graph-timed size gets, for its percentiles
-
 
 def cuda_runtime(buffer_kind: str):
     """(module, device count) for the library that will hold device buffers: torch or cupy."""
@@ -267,134 +250,6 @@ class DeviceFlush:
 
     def close(self) -> None:
         self.buffer = None
-
-
-class CudaEventLoop:
-    """The Python loop timed with CUDA events on the current stream (torch, --device cuda)."""
-
-    kind = "python"
-    timer = "cuda_events"
-
-    def __init__(self):
-        import torch
-
-        self.torch = torch
-
-    def prepare(self, calls):
-        return list(calls)
-
-    def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
-        if iters <= 0:
-            return np.empty(0, dtype=np.int64)
-        torch, n = self.torch, len(calls)
-        Event = torch.cuda.Event
-        torch.cuda.synchronize()
-        if barrier is None and flush is None:
-            events = [Event(enable_timing=True) for _ in range(iters + 1)]
-            events[0].record()
-            for i in range(iters):
-                calls[(start + i) % n]()
-                events[i + 1].record()
-            events[-1].synchronize()
-            ms = [events[i].elapsed_time(events[i + 1]) for i in range(iters)]
-        else:
-            pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]
-            for i in range(iters):
-                if flush is not None:
-                    flush(i)
-                if barrier is not None:
-                    barrier()  # synchronises the device first
-                pairs[i][0].record()
-                calls[(start + i) % n]()
-                pairs[i][1].record()
-            torch.cuda.synchronize()
-            ms = [a.elapsed_time(b) for a, b in pairs]
-        return np.round(np.asarray(ms) * 1e6).astype(np.int64)
-
-
-class _GraphCalls(list):
-    """The calls of one size, the graphs captured from them, and whether capture is allowed yet."""
-
-    def __init__(self, calls):
-        super().__init__(calls)
-        self.capture = False
-        self.graphs: dict[tuple[int, int], object] = {}
-
-
-class CudaGraphLoop(CudaEventLoop):
-    """The timed iterations replay captured CUDA graphs; the first call and warmup run eagerly.
-
-    Capture starts at ``begin_timed`` (the engine calls it before the timed iterations), so NCCL's
-    communicator setup and first-use work happen outside any graph. Lean loop: one graph of G consecutive
-    iterations (G = min(100, iterations / 10), at least 1) replayed ceil(iterations / G) times, each replay timed with an
-    event pair and giving one sample (its time / G). With --check, --sync barrier or --flush every iteration
-    is a replay of a one-call graph of its slot, timed on its own, so the data checked is what a replay made.
-    Graphs are captured once per (first slot, length) and reused.
-    """
-
-    timer = "cuda_graph"
-
-    def __init__(self):
-        super().__init__()
-        self.graph_iterations: int | None = None
-        self.replays = 0
-
-    def prepare(self, calls):
-        self.graph_iterations, self.replays = None, 0
-        return _GraphCalls(calls)
-
-    @staticmethod
-    def begin_timed(prepared) -> None:
-        prepared.capture = True
-
-    def _graph(self, prepared: _GraphCalls, first: int, length: int):
-        key = (first % len(prepared), length)
-        graph = prepared.graphs.get(key)
-        if graph is None:
-            torch = self.torch
-            graph = torch.cuda.CUDAGraph()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            torch.cuda.synchronize()
-            with torch.cuda.graph(graph, stream=stream):
-                for i in range(length):
-                    prepared[(first + i) % len(prepared)]()
-            torch.cuda.synchronize()
-            prepared.graphs[key] = graph
-        return graph
-
-    def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
-        if iters <= 0 or not getattr(calls, "capture", False):
-            return super().run(calls, iters, start, barrier, flush)
-        torch = self.torch
-        Event = torch.cuda.Event
-        if barrier is not None or flush is not None or iters == 1:
-            pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]
-            for i in range(iters):
-                graph = self._graph(calls, start + i, 1)
-                if flush is not None:
-                    flush(i)
-                if barrier is not None:
-                    barrier()
-                pairs[i][0].record()
-                graph.replay()
-                pairs[i][1].record()
-            torch.cuda.synchronize()
-            self.graph_iterations, self.replays = 1, self.replays + iters
-            return np.round([a.elapsed_time(b) * 1e6 for a, b in pairs]).astype(np.int64)
-        g_iters = max(1, min(GRAPH_ITERATIONS, iters // MIN_REPLAYS))
-        replays = math.ceil(iters / g_iters)
-        graph = self._graph(calls, start, g_iters)
-        pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(replays)]
-        torch.cuda.synchronize()
-        for a, b in pairs:
-            a.record()
-            graph.replay()
-            b.record()
-        torch.cuda.synchronize()
-        self.graph_iterations, self.replays = g_iters, replays
-        # one sample per replay: the replay's time divided by the iterations it holds
-        return np.round([a.elapsed_time(b) * 1e6 / g_iters for a, b in pairs]).astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,8 @@ class TorchBackend:
     """Benchmark primitives on torch.distributed (tensors on the CPU or one CUDA device)."""
 
     name = "torch"
-    #: torch's all_reduce and reduce work in place only
-    in_place_only = ("allreduce", "reduce")
+    #: primitives whose torch API works in place only (all_reduce, reduce)
+    in_place_only: tuple[str, ...] = ("allreduce", "reduce")
     #: where an in-place reduce_scatter leaves this rank's result: at its own block (NCCL's convention)
     in_place_result_at_rank = True
 

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,13 +27,21 @@ from pathlib import Path
 
 import numpy as np
 
-from microbench.engine import PythonLoop, call_sequence
+from microbench.loops import LoopBase, PythonLoop, call_sequence
 
 SOURCE = Path(__file__).with_name("mbloop.c")
 SHIM_SOURCE = Path(__file__).with_name("mbcall.c")
 
-KINDS = {"nothing": 0, "allreduce": 1, "allgather": 2, "reduce_scatter": 3, "bcast": 4, "reduce": 5,
-         "alltoall": 6, "pingpong": 7, "stream": 8, "bistream": 9}
+
+
+def _call_kinds(source: Path) -> dict[str, int]:
+    """mbloop.c's call kinds (its ``MB_NAME = value`` enum), by lower-case name: the C file is their one
+    definition, so a new kind is added there alone."""
+    block = re.search(r"enum\s*{(.*?)}", source.read_text(), re.S).group(1)
+    return {name.lower(): int(value) for name, value in re.findall(r"MB_(\w+)\s*=\s*(\d+)", block)}
+
+
+KINDS = _call_kinds(SOURCE)
 
 
 class NativeUnavailable(Exception):
@@ -243,8 +252,8 @@ def calibrated_timer(calibrate) -> tuple[float, str]:
     return ns_per_tick, "tsc" if ns_per_tick > 0 else "host"
 
 
-class NativeLoop:
-    """The timed loop in C; same interface and semantics as engine.PythonLoop.
+class NativeLoop(LoopBase):
+    """The timed loop in C; same interface and semantics as loops.PythonLoop.
 
     ``timer`` is "tsc" when the lean loop reads the invariant TSC (converted to ns with a rate measured
     against CLOCK_MONOTONIC over 20 ms at start; ``MICROBENCH_TIMER=clock`` turns it off), else "host".
