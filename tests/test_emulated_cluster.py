@@ -87,22 +87,21 @@ def test_throttle_shapes_both_ends_of_the_nodes_link_and_goes_away(emulated_clus
 
 def test_a_failing_session_still_tears_its_cluster_down(tmp_path):
     (tmp_path / "test_fails.py").write_text(textwrap.dedent("""
-        import subprocess
+        import os, subprocess
 
         def test_fails_with_a_process_on_a_node(emulated_cluster):
-            p = subprocess.Popen(emulated_cluster.command("node1", ["sleep", "600"]), start_new_session=True)
-            print("PID", p.pid, flush=True)
+            p = subprocess.Popen(emulated_cluster.command("node1", ["sleep", "600"]), start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print("SESSION", os.getpid(), "PID", p.pid, flush=True)
             assert False, "on purpose"
         """))
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "conftest", "-p", "no:cacheprovider",
-                             str(tmp_path / "test_fails.py")], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(TESTS)})
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 1 and "on purpose" in out, out
-    sleeper = int(out.split("PID ", 1)[1].split()[0])
+    proc = run_process([sys.executable, "-m", "pytest", "-q", "-s", "-p", "conftest", "-p", "no:cacheprovider",
+                        str(tmp_path / "test_fails.py")], cwd=tmp_path, env={"PYTHONPATH": str(TESTS)}, timeout=120)
+    assert proc.returncode == 1 and "on purpose" in proc.stdout, proc.output
+    session, sleeper = (int(w) for w in proc.stdout.split("SESSION ", 1)[1].split()[0:3:2])
     assert not _alive(sleeper)
-    assert not [n for n in _namespaces() if n.startswith(f"{emu.NETNS_PREFIX}t{proc.pid}-")]
-    assert not (emu.STATE_ROOT / f"t{proc.pid}").exists()
+    assert not [n for n in _namespaces() if n.startswith(f"{emu.NETNS_PREFIX}t{session}-")]
+    assert not (emu.STATE_ROOT / f"t{session}").exists()
 
 
 def test_leftovers_of_a_killed_session_are_removed_by_the_next(tmp_path):
@@ -110,7 +109,8 @@ def test_leftovers_of_a_killed_session_are_removed_by_the_next(tmp_path):
         import os, subprocess, sys, time
         import emulated_cluster as emu
         c = emu.EmulatedCluster(2, f"crash{os.getpid()}").up()
-        p = subprocess.Popen(c.command("node0", ["sleep", "600"]), start_new_session=True)
+        p = subprocess.Popen(c.command("node0", ["sleep", "600"]), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(c.name, p.pid, flush=True)
         time.sleep(600)
         """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TESTS)})
