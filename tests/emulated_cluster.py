@@ -137,9 +137,18 @@ class EmulatedCluster:
         """The cluster ``name`` that ``up`` made (by hand or in another process)."""
         try:
             info = json.loads((STATE_ROOT / name / "cluster.json").read_text())
-        except OSError:
-            raise SystemExit(f"no emulated cluster {name!r} is up (python tests/emulated_cluster.py up)")
-        return cls(info["nodes"], name, info["owner"])
+            return cls(int(info["nodes"]), name, str(info["owner"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FileNotFoundError(f"no emulated cluster {name!r} is up "
+                                    f"(python tests/emulated_cluster.py up)") from exc
+
+    @classmethod
+    def remains(cls, name: str) -> "EmulatedCluster":
+        """Whatever state ``name`` left, as a cluster to tear down (every possible node when it says nothing)."""
+        try:
+            return cls.load(name)
+        except FileNotFoundError:
+            return cls(MAX_NODES, name, "gone")
 
     @property
     def hosts(self) -> list[str]:
@@ -155,7 +164,7 @@ class EmulatedCluster:
     def up(self) -> "EmulatedCluster":
         reap_leftovers()
         if self.state.exists():
-            EmulatedCluster.load(self.name).down()
+            EmulatedCluster.remains(self.name).down()
         self.state.mkdir(parents=True)
         # the state is written before any namespace exists, so a crash leaves nothing unowned
         (self.state / "cluster.json").write_text(json.dumps({"nodes": len(self.nodes), "owner": self.owner}))
@@ -301,14 +310,11 @@ def reap_leftovers() -> list[str]:
     """Remove clusters whose owner process has gone (a crashed session), and stray namespaces; their names."""
     reaped = []
     for state in sorted(STATE_ROOT.glob("*")) if STATE_ROOT.exists() else ():
-        try:
-            info = json.loads((state / "cluster.json").read_text())
-        except (OSError, ValueError):
-            if time.time() - state.stat().st_mtime < 60:
-                continue  # another session between mkdir and writing its state
-            info = {"nodes": MAX_NODES, "owner": "gone"}
-        if not _owner_alive(str(info.get("owner"))):
-            EmulatedCluster(int(info.get("nodes", MAX_NODES)), state.name, "gone").down()
+        cluster = EmulatedCluster.remains(state.name)
+        if cluster.owner == "gone" and time.time() - state.stat().st_mtime < 60:
+            continue  # another session between making its folder and writing its state
+        if not _owner_alive(cluster.owner):
+            cluster.down()
             reaped.append(state.name)
     listed = _sh("ip", "netns", "list", check=False).stdout.split()
     for netns in [s for s in listed if s.startswith(NETNS_PREFIX)]:

@@ -88,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.verb == "down":
         if (STATE_ROOT / args.name).exists():
-            EmulatedCluster.load(args.name).down()
+            EmulatedCluster.remains(args.name).down()
         return 0
-    cluster = EmulatedCluster.load(args.name)
+    try:
+        cluster = EmulatedCluster.load(args.name)
+    except FileNotFoundError as exc:
+        print(f"emulated_cluster: {exc}", file=sys.stderr)
+        return 2
     if args.verb == "status":
         _status(cluster)
         return 0

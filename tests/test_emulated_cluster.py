@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,12 +34,14 @@ def _alive(pid: int) -> bool:
 
 
 def test_each_node_has_its_hostname_and_address(emulated_cluster):
+    own_uts = os.readlink("/proc/self/ns/uts")
     for node in emulated_cluster.nodes:
-        out = run_process(emulated_cluster.command(node.name, ["sh", "-c", "hostname; ip -4 -o addr show emu0"]),
+        out = run_process(emulated_cluster.command(node.name, ["sh", "-c", "hostname; ip -4 -o addr show emu0; "
+                                                                          "readlink /proc/self/ns/uts"]),
                           timeout=30).stdout.split("\n")
         assert out[0] == node.name
         assert f"inet {node.address}/24" in out[1]
-    assert socket.gethostname() not in emulated_cluster.hosts  # the machine's own name is untouched
+        assert out[2] != own_uts  # its own UTS namespace: the machine's hostname is untouched
 
 
 def test_the_cluster_subnet_exists_only_inside_its_namespaces(emulated_cluster):
