@@ -112,3 +112,23 @@ def shim_or_reason(mpi_lib):
     except native.NativeUnavailable as exc:
         assert "Python.h" in str(exc), exc
         return None, str(exc)
+
+
+@pytest.fixture(scope="session")
+def emulated_cluster():
+    """Five nodes as network namespaces (tests/emulated_cluster.py), for this test session; torn down at its
+    end whatever the tests did. Skips where namespaces cannot be made."""
+    import atexit
+
+    import emulated_cluster as emu
+
+    why = emu.missing()
+    if why:
+        pytest.skip(why)
+    cluster = emu.EmulatedCluster(5, f"t{os.getpid()}")
+    atexit.register(cluster.down)  # also when the session ends without running finalizers
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
