@@ -8,8 +8,9 @@ measures one pair at a time (N(N-1)/2 rounds) for interference-free figures.
 Each cell is the p50 of that pair's per-iteration samples: latency (half the round trip) at the smallest
 size of ``-m``, bandwidth (osu_bw's window, size / per-message time) at the largest. Outliers are cells
 whose modified z-score, 0.6745 (x - median) / MAD over all cells, exceeds ``OUTLIER_Z`` in the bad direction
-(slower latency, lower bandwidth); MAD is floored at 5 % of the median, so a uniform matrix (or noise of a few per cent) flags
-nothing. A bad node (not one link) spoils a whole row, which with few nodes can move the median of all cells
+(slower latency, lower bandwidth; bandwidth is judged on the reciprocal of each cell, the time per byte, since
+GB/s cannot fall below 0); MAD is floored at 5 % of the median, so a uniform matrix (or noise of a few per
+cent) flags nothing. A bad node (not one link) spoils a whole row, which with few nodes can move the median of all cells
 itself; ``node_outliers`` applies the same rule to each participant's row median instead.
 """
 
@@ -91,16 +92,26 @@ def outliers(matrix: list[list[float | None]], higher_is_worse: bool, z_limit: f
 
 
 def _flag(values: list[float], higher_is_worse: bool, z_limit: float) -> tuple[list[tuple[int, float]], dict]:
-    """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule."""
+    """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule.
+
+    Where lower is worse (bandwidth) the rule is applied to the reciprocals, the time per byte each cell is
+    measured from: bandwidth is bounded below by 0, so with links that spread by more than 19 % of their
+    median a threshold in GB/s falls below zero and no link, not even a dead one, could be flagged. z is
+    then negative for slow cells, and the median and threshold are given back in the cells' unit."""
+    if not higher_is_worse:
+        found, rule = _flag([1.0 / v if v > 0 else float("inf") for v in values], True, z_limit)
+        return ([(k, -z) for k, z in found],
+                {"median": 1.0 / rule["median"] if rule["median"] else float("inf"),
+                 "mad": rule["mad"], "mad_of": "the reciprocals of the cells",
+                 "z_limit": z_limit, "threshold": 1.0 / rule["threshold"]})
     med = statistics.median(values)
     mad = max(statistics.median(abs(v - med) for v in values), _MAD_FLOOR * abs(med))
     found = []
     for k, v in enumerate(values):
         z = 0.6745 * (v - med) / mad if mad > 0 else 0.0
-        if (z > z_limit) if higher_is_worse else (z < -z_limit):
+        if z > z_limit:
             found.append((k, z))
-    bound = med + (1 if higher_is_worse else -1) * z_limit * mad / 0.6745
-    return found, {"median": med, "mad": mad, "z_limit": z_limit, "threshold": bound}
+    return found, {"median": med, "mad": mad, "z_limit": z_limit, "threshold": med + z_limit * mad / 0.6745}
 
 
 def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,

@@ -1,15 +1,13 @@
 """A throttled node on the emulated cluster: the pairwise link test across nodes, and check against a spec.
 
 node2's veth is capped at 50 Mbit/s each way (tc tbf); one rank per node runs ``microbench run pairs``.
-The bandwidth cells of node2's links come out 10 to 90 times below the others. Two gaps in how microbench
-judges that are pinned here with strict xfails (they pass, and so fail the suite, once fixed):
+The bandwidth cells of node2's links come out 10 to 90 times below the others.
 
-- outliers in bandwidth are judged in GB/s, which is bounded below by 0: when the spread (MAD) of the links
-  is above 0.6745 / 3.5 = 19 % of their median, the low threshold is negative and no link can be flagged,
-  not even a dead one. Measured matrices below show it (the same rule on the per-message time the cells come
-  from flags exactly node2);
+- Bandwidth outliers are judged on the reciprocal of each cell (the time per byte): in GB/s, which is bounded
+  below by 0, a link spread (MAD) above 0.6745 / 3.5 = 19 % of the median put the low threshold below zero
+  and no link, not even a dead one, could be flagged. The measured matrices below pin that.
 - ``check``'s ``max_outliers`` counts the link outliers only, never ``node_outliers``: with 4 nodes a slow node
-  spoils half the links, so only the node rule can see it, and check passes it.
+  spoils half the links, so only the node rule can see it, and check passes it (pinned by a strict xfail).
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from microbench import pairs
 
 SLOW, RATE_MBIT = "node2", 50
 SPEC = REPO / "scripts" / "specs" / "emulated-cluster.toml"
-GBPS_IS_BOUNDED = ("pairs judges bandwidth outliers in GB/s, bounded below by 0: with a link spread (MAD) above 19 % "
-                   "of the median the low threshold is negative and nothing can be flagged")
 CHECK_IGNORES_NODES = "check's max_outliers counts link outliers only, never node_outliers"
 
 # Bandwidth matrices (GB/s, 64 KiB, window 8) measured on the emulated cluster with node2 at 50 Mbit/s.
@@ -44,13 +40,11 @@ def links_of(index: int, n: int) -> set[tuple[int, int]]:
     return {(min(index, j), max(index, j)) for j in range(n) if j != index}
 
 
-@pytest.mark.xfail(strict=True, reason=GBPS_IS_BOUNDED)
 def test_link_rule_flags_the_throttled_nodes_links_in_a_measured_matrix():
     found, rule = pairs.outliers(MEASURED_5_NODES, higher_is_worse=False)
     assert {(o.i, o.j) for o in found} == links_of(2, 5), rule
 
 
-@pytest.mark.xfail(strict=True, reason=GBPS_IS_BOUNDED)
 def test_node_rule_names_the_throttled_node_in_a_measured_matrix():
     found, rule = pairs.node_outliers(MEASURED_4_NODES, higher_is_worse=False)
     assert [i for i, _, _ in found] == [2], rule
