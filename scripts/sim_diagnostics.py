@@ -11,7 +11,8 @@ Part 2, the model at N nodes (``--ppn`` ranks each, R = N x ppn ranks), with sta
 
 - pairs: 2 (N - 1) rounds (latency and bandwidth matrices, round-robin); a round = the harness cost + its
   iterations (ping-pong: 2 alpha + 2 S / link; windowed stream: W S / link + 2 alpha) + the cell gather to rank 0;
-- bisection: ceil(log2 N) rounds at most; a round = the harness cost + a communicator split (alpha log2 R) +
+- bisection: ceil(log2 N) rounds at most; a round = the harness cost + a communicator split (alpha log2 R +
+  8 R bytes of (color, key) pairs) +
   the iterations of an allreduce over N/2 nodes (2 log2(n) alpha + 2 (n - 1) / n S / link) + the gather;
 - one soak cycle: the default sweep (six benchmarks, 1 B to 1 MiB, OMB's iteration counts), each size =
   the harness cost + its iterations (collectives over N nodes as nccl-tests' bus bandwidth would have it at
@@ -124,7 +125,8 @@ def model(nodes: int, cost: dict, a: argparse.Namespace) -> dict:
     times = pickle.dumps((0, [123.456] * a.bisect_iterations, None), protocol=5)
     b_bytes = gather_bytes(ranks, 2, times)
     b_iter = a.bisect_iterations * t_collective("allreduce", nodes // 2, BISECT_SIZE, alpha, link)
-    bisect_s = b_rounds * (cost["bisect_round_s"] + hops * alpha + b_iter + gather_s(b_bytes))
+    split_s = hops * alpha + ranks * 8 / link  # MPI_Comm_split: an allgather of (color, key) over every rank
+    bisect_s = b_rounds * (cost["bisect_round_s"] + split_s + b_iter + gather_s(b_bytes))
     summary = summary_bytes(ranks, nodes, a.bins)
     soak_s = sum(cost["size_s"] + omb_counts(b, s) * t_collective(b, nodes, s, alpha, link)
                  + gather_s(summary["size_bytes_total"]) for b in SWEEP for s in DEFAULT_SIZES)

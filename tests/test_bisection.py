@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from conftest import microbench, read_jsonl
@@ -49,3 +51,30 @@ def test_bisection_finds_the_slowed_rank_in_log2_rounds(benchmark, tmp_path):
     assert path == [["rank 4", "rank 5", "rank 6", "rank 7"], ["rank 4", "rank 5"], ["rank 5"]]
     assert rec["rounds"][2]["groups"][1]["padded_with"]  # a lone node is measured with a cleared one
     assert f"# bisect suspect: rank {SLOW_RANK} after 3 round(s)" in proc.stdout
+
+
+def test_the_scale_model_counts_rounds_and_rank0_bytes(tmp_path):
+    """scripts/sim_diagnostics.py's model on given harness costs: log2 rounds for bisection, linear bytes."""
+    import importlib.util
+    import json
+
+    from conftest import REPO, run_process
+
+    spec = importlib.util.spec_from_file_location("sim", REPO / "scripts" / "sim_diagnostics.py")
+    sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim)
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"measured": {"pairs_round_s": 0.1, "bisect_round_s": 0.05, "size_s": 0.04,
+                                              "measured_at": "a test"}}))
+    proc = run_process([sys.executable, str(REPO / "scripts" / "sim_diagnostics.py"), "--costs", str(costs),
+                        "--json", str(tmp_path / "rows.json")])
+    assert proc.returncode == 0, proc.output
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert [r["nodes"] for r in rows] == list(sim.NODES)
+    for r in rows:
+        assert r["pairs_rounds"] == 2 * (r["nodes"] - 1) and 2 ** r["bisect_rounds"] == r["nodes"]
+        assert r["straggler_bytes"] < 40 * r["nodes"] + 2000  # 40 B per node and four small allreduces
+    small, large = rows[0], rows[-1]
+    growth = large["ranks"] / small["ranks"]
+    assert large["size_bytes_total"] / small["size_bytes_total"] <= growth  # O(ranks x summary), never more
+    assert f"| {large['nodes']} | {large['ranks']} | {large['pairs_rounds']} |" in proc.stdout
