@@ -272,18 +272,29 @@ class NativeLoop(LoopBase):
         return (array, len(calls), calls)
 
     def run(self, prepared, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        """``iters`` iterations in C. A host flush buffer is written by the C loop itself; a flush the C loop
+        cannot write (device memory, ``host_memory`` false) runs from Python before each iteration, which then
+        runs alone in C after its barrier."""
         out = np.empty(max(iters, 0), dtype=np.int64)
         out.fill(0)  # the loop writes one duration per iteration: no page of this may fault in the timed loop
         if iters <= 0:
             return out
+        self.last_timer = self.timer if barrier is None and flush is None else "host"
+        if flush is not None and not flush.host_memory:
+            for i in range(iters):
+                flush(i)
+                self._run_c(prepared, 1, start + i, True, None, out[i:i + 1])
+            return out
+        self._run_c(prepared, iters, start, barrier is not None, flush, out)
+        return out
+
+    def _run_c(self, prepared, iters: int, start: int, barrier: bool, flush, out: np.ndarray) -> None:
         array, ncalls, _ = prepared
         flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
-        self.last_timer = self.timer if barrier is None and flush is None else "host"
-        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier is not None else 0, flush_ptr, flush_bytes,
+        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier else 0, flush_ptr, flush_bytes,
                              out.ctypes.data)
         if rc != 0:
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
-        return out
 
 
 class _BoundCalls(list):
