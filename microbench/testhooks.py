@@ -184,7 +184,8 @@ class SlowedLoop:
       timing is slowed (as a real straggler, whose lateness such a barrier hides).
 
     The slowed rank's own samples come from one-iteration runs (the lean loop's clock read around one call)
-    instead of one long loop; its first call, warmup and timed iterations are all slowed.
+    instead of one long loop; its first call, warmup and timed iterations are all slowed. Not meant for
+    ``--cuda-graph``, whose timed phase replays graphs captured for many iterations at once.
     """
 
     def __init__(self, inner: Any, delay_s: float):
