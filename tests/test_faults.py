@@ -132,4 +132,5 @@ def test_a_malformed_hook_is_one_usage_error():
                       timeout=QUICK)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "microbench: error: MICROBENCH_TEST_KILL='rank1': expected RANK:BENCHMARK:SIZE (e.g. 1:allreduce:32)"]
+        "microbench: error: MICROBENCH_TEST_KILL='rank1': expected RANK:BENCHMARK:SIZE or RANK:BENCHMARK:SIZE:CYCLE "
+        "(e.g. 1:allreduce:32)"]
