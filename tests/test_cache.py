@@ -150,6 +150,7 @@ def test_huge_page_bytes_count_each_mapping_once():
     assert huge_page_bytes([0x100], SMAPS) is None
 
 
+@pytest.mark.may_skip("whether the kernel grants huge pages depends on its THP mode and fragmentation")
 def test_huge_pages_granted_by_this_kernel_are_counted():
     import numpy as np
 

@@ -127,7 +127,10 @@ def test_mpi_backend_under_torchrun_is_refused():
 
 
 # ----------------------------------------------------------------------------- GPU (skip without one)
-gpu = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (torch.cuda.is_available() is False)")
+def gpu(test):
+    """A test that needs a CUDA GPU: skips without one, also where the torch group is required (CI has none)."""
+    skip = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (torch.cuda.is_available() is False)")
+    return pytest.mark.gpu(skip(test))
 
 
 @gpu
