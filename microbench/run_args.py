@@ -21,6 +21,20 @@ from microbench.dtypes import DTYPES, OPS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``microbench run``, in groups as ``--help`` shows them."""
+    _add_sweep(p)
+    _add_measured(p)
+    _add_cache(p)
+    _add_transport(p)
+    g = p.add_argument_group("faults")
+    g.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="end the whole job when one size takes longer than this, naming the benchmark and size "
+                        "that stalled (default 600; 0 turns the watchdog off)")
+    _add_diagnostics(p)
+    _add_output(p)
+
+
+def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("benchmarks", nargs="*", metavar="BENCH",
                    help="benchmarks to run (default: allreduce allgather reduce_scatter broadcast latency bw; "
                         "'all' adds reduce, alltoall, bibw); 'pairs' is the pairwise link test, 'bisect' the "
@@ -42,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="instead of -i: choose each size's iteration count to take about this long")
     g.add_argument("--np", type=int, metavar="N",
                    help="start N local ranks with the mpiexec of the installed MPI (when not under a launcher)")
+
+
+def _add_measured(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what is measured")
     g.add_argument("--dtype", choices=list(DTYPES), metavar="TYPE",
                    help=f"element type ({', '.join(DTYPES)}); default float32 for reductions, uint8 otherwise")
@@ -60,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "malloc), on (madvise), off (never); recorded with results (default system)")
     g.add_argument("--serial", action="store_true",
                    help="pairs: measure one pair at a time instead of N/2 disjoint pairs per round")
+
+
+def _add_cache(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cache and first call")
     g.add_argument("--cache", choices=("warm", "cold", "both"), default="warm",
                    help="warm: the same buffers every iteration (default); cold: each iteration uses buffers out "
@@ -73,6 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write a buffer of twice the cache size, then a barrier, before every iteration (untimed)")
     g.add_argument("--first-call-samples", type=int, default=1, metavar="K",
                    help="time the first call at each size on K fresh buffer sets (default 1)")
+
+
+def _add_transport(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("transport and devices")
     g.add_argument("--backend", choices=("mpi", "torch"), default="mpi",
                    help="mpi: mpi4py on the MPI mpi4py loaded (default); torch: torch.distributed")
@@ -101,11 +124,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "built); mpi4py (the Python loop calling mpi4py, "
                         "what an mpi4py program pays per call); auto: native where it builds, else mpi4py "
                         "with a notice (default auto)")
-    g = p.add_argument_group("faults")
-    g.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="end the whole job when one size takes longer than this, naming the benchmark and size "
-                        "that stalled (default 600; 0 turns the watchdog off)")
-    _add_diagnostics(p)
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="FILE.jsonl", help="append JSON Lines records (flushed after each size)")
     g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")
