@@ -90,7 +90,7 @@ def test_custom_sizes_are_not_replaced_by_defaults(capsys):
 
 def test_trace_through_the_cli(capsys):
     doc = workload_json(capsys, "--trace", str(FIXTURES / "nccl_coll.log"), "--trace-iterations", "2")
-    assert doc["trace"]["format"] == "nccl" and doc["trace"]["unreadable"] == 2 and doc["trace"]["processes"] == 2
+    assert doc["trace"]["format"] == "nccl" and doc["trace"]["unreadable"] == 2 and doc["trace"]["ranks"] == 2
     assert {"collective": "allreduce", "bytes": 4096, "count": 1, "group_size": 2, "phase": "trace"} in doc["messages"]
     code, out, _ = workload(capsys, "--trace", str(FIXTURES / "deepspeed_summary.log"), "--trace-format", "deepspeed")
     assert code == 0 and "read as deepspeed" in out and "1 unreadable" in out
