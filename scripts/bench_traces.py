@@ -42,7 +42,8 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start, cpu = time.perf_counter(), time.process_time()
 report = read_trace(sys.argv[1])
 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_kib": peak,
                   "base_kib": base, "calls": report.total_calls, "ranks": len(report.ranks),
                   "entries": report.entries}))
 """
@@ -169,7 +170,8 @@ def measure(path: Path, repeat: int) -> dict:
             raise SystemExit(f"reading {path} failed:\n{done.stderr}")
         runs.append(json.loads(done.stdout))
     pick = lambda key: statistics.median(r[key] for r in runs)  # noqa: E731
-    return {"seconds": pick("seconds"), "cpu_seconds": pick("cpu_seconds"), "peak_mib": pick("peak_kib") / 1024, "base_mib": pick("base_kib") / 1024,
+    return {"seconds": pick("seconds"), "cpu_seconds": pick("cpu_seconds"), "peak_mib": pick("peak_kib") / 1024,
+            "base_mib": pick("base_kib") / 1024,
             "calls": runs[0]["calls"], "ranks": runs[0]["ranks"], "entries": runs[0]["entries"]}
 
 

@@ -7,9 +7,19 @@ import pytest
 
 from microbench.workload.traces import read_trace, read_traces
 from microbench.workload.traces.samples import (
-    deepspeed_summary, deepspeed_verbose, et_comms_node, et_op_node, json_document, kineto_comms, kineto_kernel,
-    kineto_op, profiler_api_event_228, profiler_end, profiler_event,
+    deepspeed_summary,
+    deepspeed_verbose,
+    et_comms_node,
+    et_op_node,
+    json_document,
+    kineto_comms,
+    kineto_kernel,
+    kineto_op,
+    profiler_api_event_228,
+    profiler_end,
+    profiler_event,
 )
+from microbench.workload.traces.torch_calls import NO_GROUP
 
 
 def counts(report, iterations=1):
@@ -65,7 +75,8 @@ def kineto_file(tmp_path, events, rank=None, at_end=False, name="trace.json"):
 
 def test_kineto_metadata_counts_cpu_ops_once_and_reads_rank_at_the_end(tmp_path):
     events = [kineto_op("aten::mm", [[8, 8], [8, 8]], ["float", "float"]),
-              kineto_comms("allreduce", 1024, "BFloat16", 4), kineto_comms("allreduce", 1024, "BFloat16", 4, cat="kernel"),
+              kineto_comms("allreduce", 1024, "BFloat16", 4),
+              kineto_comms("allreduce", 1024, "BFloat16", 4, cat="kernel"),
               kineto_op("nccl:all_reduce", [[1024]], ["c10::BFloat16"], cat="user_annotation"),
               kineto_comms("all_to_all", 1024, "Float", 4), kineto_comms("gather", 16, "Float", 4),
               kineto_comms("barrier", 0, "Float", 4)]
@@ -95,7 +106,7 @@ def test_kineto_pytorch_20_annotations(tmp_path):
     assert report.ranks == ["pid 7"]  # no distributedInfo: the process of the trace's CPU events
     assert counts(report) == {("allreduce", 2048, None): 1, ("allreduce", 64, None): 1, ("allgather", 1024, None): 1,
                               ("reduce_scatter", 8192, None): 1, ("send", 56, None): 1}
-    assert report.skipped["all_to_all without a group size (its size is the whole buffer; pass --trace-group-size)"] == 1
+    assert report.skipped[NO_GROUP] == 1
     grouped = read_trace(kineto_file(tmp_path, events), group_size=4)
     assert counts(grouped)[("alltoall", 128, 4)] == 1  # 64 int64 over 4 peers
 

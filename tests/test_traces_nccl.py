@@ -49,7 +49,8 @@ def test_a_process_in_two_communicators_is_one_rank(tmp_path):
 def test_the_device_of_the_init_line_wins_over_the_calling_thread(tmp_path):
     # a thread whose current device is 0 enqueues on the communicator created on device 1
     lines = [nccl_init("0xaa", 0, 2, pid=7, dev=0), nccl_init("0xbb", 1, 2, pid=7, dev=1),
-             nccl_call("AllGather", 8, 7, "0xaa", 2, pid=7, dev=0), nccl_call("AllGather", 8, 7, "0xbb", 2, pid=7, dev=0)]
+             nccl_call("AllGather", 8, 7, "0xaa", 2, pid=7, dev=0),
+             nccl_call("AllGather", 8, 7, "0xbb", 2, pid=7, dev=0)]
     report = read_trace(write(tmp_path, lines))
     assert report.ranks == ["node1:7 gpu0", "node1:7 gpu1"]
 

@@ -78,11 +78,11 @@ def trace_lines(report: TraceReport, messages: list[Message], iterations: int) -
                                                if s["communicator_ranks"] else ""),
     ]
     if s["unattributed_calls"]:
-        lines.append(f"# unattributed: {s['unattributed_calls']} calls no rank could be credited with "
+        lines.append(f"# unattributed: {s['unattributed_calls']} call(s) no rank could be credited with "
                      "(not in the counts)")
     if s["uncurved"]:
-        lines.append("# uncurved (no measured curve, not priced): "
-                     + ", ".join(f"{name} {n} calls" for name, n in s["uncurved"].items()))
+        lines.append("# uncurved collectives (no measured curve, not priced), calls: "
+                     + ", ".join(f"{name} {n}" for name, n in s["uncurved"].items()))
     skipped = ", ".join(f"{n} {why}" for why, n in s["skipped"].items()) or "none"
     lines += [f"# left out: {skipped}",
               f"# Count: calls per rank (mean over the trace's ranks) divided by --trace-iterations ({iterations})"]

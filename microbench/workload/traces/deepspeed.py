@@ -56,7 +56,8 @@ class _Reader:
             self.mode = "straggler"
         elif "comm op:" in line and (match := _VERBOSE.search(line)):
             rank = match["rank"] or match["logrank"]
-            self.verbose[(f"rank {rank}" if rank else "rank 0", match["name"], _bytes(match["size"], match["unit"]))] += 1
+            nbytes = _bytes(match["size"], match["unit"])
+            self.verbose[(f"rank {rank}" if rank else "rank 0", match["name"], nbytes)] += 1
         else:
             self._table_line(line)
 

@@ -25,7 +25,12 @@ from microbench.workload.traces.jsonread import elements, top_level_value
 from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
 from microbench.workload.traces.torch_calls import (
-    ANNOTATION, add_annotation_call, add_metadata_call, add_symmetric_call, freeze, thaw,
+    ANNOTATION,
+    add_annotation_call,
+    add_metadata_call,
+    add_symmetric_call,
+    freeze,
+    thaw,
 )
 
 _COMMS_ATTRS = ("collective_name", "in_msg_nelems", "dtype", "pg_size")

@@ -25,7 +25,13 @@ from microbench.workload.traces.jsonread import elements, top_level_value
 from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
 from microbench.workload.traces.torch_calls import (
-    ANNOTATION, SYMMETRIC_KERNEL, add_annotation_call, add_metadata_call, add_symmetric_call, freeze, thaw,
+    ANNOTATION,
+    SYMMETRIC_KERNEL,
+    add_annotation_call,
+    add_metadata_call,
+    add_symmetric_call,
+    freeze,
+    thaw,
 )
 
 

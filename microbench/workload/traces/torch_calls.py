@@ -20,7 +20,13 @@ import math
 import re
 
 from microbench.workload.traces.names import (
-    NO_DATA, SYMMETRIC_MEMORY_OPS, TORCH_NO_DATA, TORCH_OPS, TORCH_TYPE_BYTES, UNCURVED, letters,
+    NO_DATA,
+    SYMMETRIC_MEMORY_OPS,
+    TORCH_NO_DATA,
+    TORCH_OPS,
+    TORCH_TYPE_BYTES,
+    UNCURVED,
+    letters,
 )
 from microbench.workload.traces.report import TraceReport
 
