@@ -72,7 +72,7 @@ def read_execution_trace(source: TraceSource, report: TraceReport, group: int | 
     pid = top_level_value(source, "pid")
     rank = f"pid {pid}" if isinstance(pid, int) else f"the process of {Path(source.path).name}"
     for (name, elems, dtype, group_size), n in comms.items():
-        add_metadata_call(report, rank, name, elems, dtype, group_size, n)
+        add_metadata_call(report, rank, name, elems, dtype, group if group_size is None else group_size, n)
     if comms and annotations:
         report.skipped["ProcessGroup annotation (its record_param_comms node is counted)"] += sum(annotations.values())
     elif annotations:

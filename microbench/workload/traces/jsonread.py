@@ -26,12 +26,21 @@ def elements(source: TraceSource, prefix: str, notes: list[str]) -> Iterator:
     try:
         yield from ijson.items(source.json_stream(MAX_DEPTH), prefix, use_float=True, buf_size=BLOCK)
     except ijson.JSONError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = _first_line(exc)
         if not source.partial:
-            raise UsageError(f"cannot read trace {source.path}: not valid JSON after {source.text_bytes} bytes "
-                             f"({reason}); pass --trace-partial to count what comes before") from exc
-        notes.append(f"the JSON ends early or breaks after {source.text_bytes} bytes ({reason}): counted what "
-                     "came before (--trace-partial)")
+            raise UsageError(f"cannot read trace {source.path}: not valid JSON ({reason}) within its first "
+                             f"{source.text_bytes} bytes; pass --trace-partial to count what comes before") from exc
+        notes.append(f"the JSON ends early or breaks ({reason}) within its first {source.text_bytes} bytes: "
+                     "counted what came before (--trace-partial)")
+
+
+def _first_line(exc: Exception) -> str:
+    """The parser's message without the excerpt of the file it appends (yajl gives bytes)."""
+    message = exc.args[0] if exc.args else ""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", errors="replace")
+    lines = str(message).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
 
 
 def top_level_value(source: TraceSource, key: str):

@@ -75,7 +75,7 @@ class _Tally:
         if cpu and gpu:
             report.skipped["GPU kernel event (its CPU-side record_param_comms is counted)"] += sum(gpu.values())
         for (name, elems, dtype, group_size), n in chosen.items():
-            add_metadata_call(report, rank, name, elems, dtype, group_size, n)
+            add_metadata_call(report, rank, name, elems, dtype, group if group_size is None else group_size, n)
         if chosen and self.annotations:
             report.skipped["ProcessGroup annotation (its record_param_comms event is counted)"] += \
                 sum(self.annotations.values())

@@ -46,10 +46,11 @@ def letters(name: str) -> str:
 
 
 #: letters of NCCL/RCCL operation names (enqueue.cc opName, ncclFuncToString) -> collective; the
-#: profiler example of NCCL 2.23 prefixes them with "nccl"
+#: profiler example of NCCL 2.23 prefixes them with "nccl". NCCL 2.28's AlltoAll and RCCL's AllToAllPivot
+#: (its ncclAllToAll for large blocks; smaller ones are logged as grouped Send/Recv) count per peer.
 NCCL_OPS = {"allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
             "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce", "send": "send", "recv": "recv",
-            "alltoall": "alltoall"}
+            "alltoall": "alltoall", "alltoallpivot": "alltoall"}
 
 #: letters of PyTorch collective names ("Collective name", ProcessGroup profiling titles "nccl:all_reduce",
 #: execution-trace collective_name) and PARAM "comms" values -> collective

@@ -12,7 +12,8 @@ the datatype as its ncclDataType_t code; 2.24+ as ``AllReduce`` and ``ncclFloat3
 means in the API call (see nccl_log.py). The API events that 2.28 adds (``COLL_API``, ``P2P_API``) print
 their datatype and stream unquoted, which is not JSON, so the file is read line by line: each COLL or P2P
 begin event is cut out by a regular expression (it holds no nested object but its args) and parsed alone.
-No group size is recorded: ReduceScatter (count is each rank's result) and the all-to-all need
+The plugin keeps its events in fixed pools and dumps what is in them at the end, so a file covers the last
+groups of a run unless the pools are sized for all of it. No group size is recorded: ReduceScatter (count is each rank's result) and the all-to-all need
 ``--trace-group-size``. A rank is a (pid, communicator, rank in it) triple, merged to the pid when the pid
 holds one rank per communicator (one GPU per process).
 """
@@ -85,5 +86,7 @@ def read_nccl_profiler(source: TraceSource, report: TraceReport, group: int | No
             nbytes = count * size * (group if collective == "reduce_scatter" else 1)
             report.add(labels[(pid, comm, rank)], collective, nbytes, group, n)
     report.skipped["line without a collective or point-to-point begin event"] += report.entries - found
+    report.note("the example profiler dumps the events still in its pools (NCCL_PROFILE_GROUP_POOL_SIZE and the "
+                "like; by default the last few groups): counts cover that window, not necessarily the whole run")
     report.note("NCCL profiler events record no group size" + (f": --trace-group-size {group} is used" if group
                                                                   else "; pass --trace-group-size to state it"))

@@ -31,4 +31,5 @@ def read_param(source: TraceSource, report: TraceReport, group: int | None = Non
             size = entry.get("world_size")
             if not isinstance(size, int) and isinstance(entry.get("global_ranks"), list):
                 size = len(entry["global_ranks"])
+            size = size if isinstance(size, int) else group
             add_metadata_call(report, rank, entry["comms"], entry.get("in_msg_size"), entry.get("dtype"), size)
