@@ -131,7 +131,7 @@ def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
         return None
     return (f"using the bundled MPI from the '{lib.bundled}' wheel ({lib.path}) while {'; '.join(reasons)}: "
             f"results describe that MPI, not your site's. Uninstall the wheel "
-            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see README 'On a cluster'.")
+            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see docs/cluster.md.")
 
 
 class MPIReducer:
@@ -178,6 +178,10 @@ class MPIBackend:
     """
 
     name = "mpi"
+    #: primitives whose API has no out-of-place form (none in MPI)
+    in_place_only: tuple[str, ...] = ()
+    #: an in-place reduce_scatter leaves the result in the first block (MPI_Reduce_scatter_block)
+    in_place_result_at_rank = False
 
     def __init__(self, comm, MPI):
         self.comm, self.MPI = comm, MPI

@@ -2,10 +2,11 @@
 
 Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
 reduce, alltoall, bibw; 'all' runs every one. 'pairs' is the pairwise link test: latency and bandwidth
-between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. Under mpiexec, srun or torchrun the ranks the launcher
-started are used; alone, --np N starts N local ranks with the mpiexec of the installed MPI.
+between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. Under mpiexec,
+srun or torchrun the ranks the launcher started are used; alone, --np N starts N local ranks with the
+mpiexec of the installed MPI.
 
-Sizes are bytes per rank as the README defines them (allgather/alltoall: each rank's block;
+Sizes are bytes per rank as docs/definitions.md defines them (allgather/alltoall: each rank's block;
 reduce_scatter: each rank's input). Latency is in microseconds, bandwidth in GB/s (1e9 B/s):
 algbw = S / avg latency and busbw = algbw x factor, as nccl-tests defines S and the factor.
 """
@@ -104,9 +105,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")
     g.add_argument("--samples", metavar="FILE",
                    help="also write every rank's raw per-iteration latencies (JSON Lines, gathered to rank 0)")
-
-
-def main(args) -> int:
-    from microbench import runner
-
-    return runner.run(args, args._argv)
