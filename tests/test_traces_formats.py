@@ -179,3 +179,21 @@ def test_deepspeed_verbose_ranks(tmp_path):
     report = read_trace(write(tmp_path / "ds.log", ["[1,0]<stdout>: " + line + "\n" for line in lines]))
     assert report.ranks == ["rank 0"]
     assert counts(report) == {("allreduce", 25_165_824, None): 2, ("broadcast", 2048, None): 1}
+
+
+def test_odd_values_where_names_and_sizes_belong_are_unreadable(tmp_path):
+    events = [kineto_comms("allreduce", 8, "Float", 2),
+              {"ph": "X", "cat": "cpu_op", "name": "record_param_comms",
+               "args": {"Collective name": {"x": [1]}, "In msg nelems": [8], "dtype": ["Float"], "Group size": 2}},
+              kineto_op("nccl:all_reduce", {"dims": 1}, ["float"]), "not an event"]
+    report = read_trace(kineto_file(tmp_path, events, rank=0))
+    assert report.total_calls == 1 and report.unreadable == 2  # the object for a name, the string for an event
+    assert report.skipped["ProcessGroup annotation (its record_param_comms event is counted)"] == 1
+    annotations_only = read_trace(kineto_file(tmp_path, events[2:] + [kineto_op("nccl:send", [[2]], ["float"])]))
+    assert annotations_only.total_calls == 1 and annotations_only.unreadable == 2  # the odd shape, the string
+
+
+def test_nccl_profiler_odd_values_are_unreadable(tmp_path):
+    odd = profiler_event("AllReduce", 8, "ncclFloat32").replace('"Count": 8', '"Count": [8]')
+    report = read_trace(profiler_file(tmp_path, [odd, profiler_event("AllReduce", 8, "ncclFloat32")]))
+    assert report.total_calls == 1 and report.unreadable == 1

@@ -95,6 +95,15 @@ def test_interleaved_lines_are_credited_to_the_process_that_wrote_them(tmp_path)
     assert report.unreadable == 1  # the broken first record of one
 
 
+def test_a_record_cut_short_does_not_swallow_the_next(tmp_path):
+    one = nccl_call("AllReduce", 16, 7, "0xa", 2, pid=1)
+    two = nccl_call("AllGather", 32, 7, "0xb", 2, pid=2, dev=1)
+    glued = one[:one.index("op 0")] + two[two.index("NCCL INFO"):]  # one's fields end early, two's prefix is gone
+    report = read_trace(write(tmp_path, [two, glued]))
+    assert report.unreadable == 1  # one
+    assert report.calls_per_rank() == {"node1:2 gpu1": 2}  # two, and its unprefixed copy by its communicator
+
+
 @pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "[1,0]<stdout>: ", " 3: ", "worker-1: ", "[default0]:",
                                     "[2025-01-01 10:00:00] ", "worker-1: [default0]:"])
 def test_launcher_prefixes(tmp_path, prefix):

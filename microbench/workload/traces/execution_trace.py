@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from microbench.workload.traces.jsonread import elements, top_level_value
+from microbench.workload.traces.jsonread import elements, freeze, thaw, top_level_value
 from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
 from microbench.workload.traces.torch_calls import (
@@ -29,8 +29,6 @@ from microbench.workload.traces.torch_calls import (
     add_annotation_call,
     add_metadata_call,
     add_symmetric_call,
-    freeze,
-    thaw,
 )
 
 _COMMS_ATTRS = ("collective_name", "in_msg_nelems", "dtype", "pg_size")

@@ -34,6 +34,19 @@ def elements(source: TraceSource, prefix: str, notes: list[str]) -> Iterator:
                      "counted what came before (--trace-partial)")
 
 
+def freeze(value):
+    """Lists (of lists) as tuples, so an op's shapes and types can be part of a tally key (an object where a
+    name or shape belongs becomes a tuple of its items: unreadable, but countable)."""
+    if isinstance(value, dict):
+        return tuple((k, freeze(v)) for k, v in sorted(value.items()))
+    return tuple(freeze(v) for v in value) if isinstance(value, list) else value
+
+
+def thaw(value):
+    """Tuples made by ``freeze`` as lists again."""
+    return [thaw(v) for v in value] if isinstance(value, tuple) else value
+
+
 def _first_line(exc: Exception) -> str:
     """The parser's message without the excerpt of the file it appends (yajl gives bytes)."""
     message = exc.args[0] if exc.args else ""

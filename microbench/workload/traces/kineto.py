@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from microbench.workload.traces.jsonread import elements, top_level_value
+from microbench.workload.traces.jsonread import elements, freeze, thaw, top_level_value
 from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
 from microbench.workload.traces.torch_calls import (
@@ -30,8 +30,6 @@ from microbench.workload.traces.torch_calls import (
     add_annotation_call,
     add_metadata_call,
     add_symmetric_call,
-    freeze,
-    thaw,
 )
 
 
@@ -82,8 +80,9 @@ class _Tally:
         elif self.annotations:
             for (op, shapes, types), n in self.annotations.items():
                 add_annotation_call(report, rank, op, thaw(shapes), thaw(types), group, n)
-            report.note("no event carries \"Collective name\" (PyTorch 2.0 or earlier): calls are the nccl:* "
-                        "annotations, sized by Input Dims x Input type; they record no group size")
+            report.note("no event carries \"Collective name\" (NCCL traces of PyTorch 2.0, gloo traces still): calls "
+                        "are the ProcessGroup annotations (nccl:*, gloo:*), sized by Input Dims x Input type; they "
+                        "record no group size")
         for (name, shapes, types), n in self.symmetric.items():
             add_symmetric_call(report, rank, name, thaw(shapes), thaw(types), group, n)
         why = "its op is counted" if self.symmetric else "no sized op in the trace: not counted"

@@ -29,7 +29,7 @@ from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, letters
 from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
 
-_CALL = (rb"NCCL INFO ([A-Za-z]+): opCount [0-9a-fA-F]+ (?:sendbuff \S+ recvbuff \S+ (count [^\]\n]*\])"
+_CALL = (rb"NCCL INFO ([A-Za-z]+): opCount [0-9a-fA-F]+ (?:sendbuff \S+ recvbuff \S+ (count [^\]\n:]*\])"
          rb"(?: stream \S+ task \d+ globalrank (\d+))?)?")
 #: a call record: its operation and, when they can be read, its fields up to "[nranks=n]" as one span (split at
 #: the end, once per distinct span: one group is cheaper than six) and RCCL's globalrank
@@ -172,7 +172,8 @@ def _resolve(tally: Counter, inits: dict, report: TraceReport) -> None:
 
 def _owner(owners: dict, comm: bytes, rank_in_comm: bytes | None) -> str | None:
     """The one rank that owns a communicator address (with that rank in it, when the line says), else None."""
-    candidates = {label for r, labels in owners.get(comm, {}).items() if rank_in_comm in (None, r) for label in labels}
+    candidates = {label for r, labels in owners.get(comm, {}).items() if rank_in_comm in (None, r)
+                  for label in labels}
     return next(iter(candidates)) if len(candidates) == 1 else None
 
 

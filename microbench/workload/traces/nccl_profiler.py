@@ -13,9 +13,9 @@ means in the API call (see nccl_log.py). The API events that 2.28 adds (``COLL_A
 their datatype and stream unquoted, which is not JSON, so the file is read line by line: each COLL or P2P
 begin event is cut out by a regular expression (it holds no nested object but its args) and parsed alone.
 The plugin keeps its events in fixed pools and dumps what is in them at the end, so a file covers the last
-groups of a run unless the pools are sized for all of it. No group size is recorded: ReduceScatter (count is each rank's result) and the all-to-all need
-``--trace-group-size``. A rank is a (pid, communicator, rank in it) triple, merged to the pid when the pid
-holds one rank per communicator (one GPU per process).
+groups of a run unless the pools are sized for all of it. No group size is recorded: ReduceScatter (count
+is each rank's result) needs ``--trace-group-size``. A rank is a (pid, communicator, rank in it) triple,
+merged to the pid when the pid holds one rank per communicator (one GPU per process).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import json
 import re
 from collections import Counter, defaultdict
 
+from microbench.workload.traces.jsonread import freeze
 from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, NCCL_TYPE_NAMES, letters
 from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
@@ -49,8 +50,8 @@ def _tally_block(block: bytes, tally: Counter, report: TraceReport) -> int:
         except (ValueError, RecursionError):
             report.unreadable += 1
             continue
-        args = event.get("args", {})
-        tally[tuple(args.get(k) if k[0].isupper() else event.get(k) for k in _FIELDS)] += 1
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        tally[tuple(freeze(args.get(k) if k[0].isupper() else event.get(k)) for k in _FIELDS)] += 1
     return lines
 
 

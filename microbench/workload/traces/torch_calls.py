@@ -38,16 +38,6 @@ SYMMETRIC_KERNEL = re.compile(r"(multimem_all_reduce|multimem_one_shot|one_shot_
 NO_GROUP = "all_to_all without a group size (its size is the whole buffer; pass --trace-group-size)"
 
 
-def freeze(value):
-    """Lists (of lists) as tuples, so an op's shapes and types can be part of a tally key."""
-    return tuple(freeze(v) for v in value) if isinstance(value, list) else value
-
-
-def thaw(value):
-    """Tuples made by ``freeze`` as lists again."""
-    return [thaw(v) for v in value] if isinstance(value, tuple) else value
-
-
 def classify(report: TraceReport, name: str, count: int = 1) -> str | None:
     """The collective a PyTorch name stands for, or None once why it is not priced is counted."""
     key = letters(name)
