@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from microbench.gate import keys
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import unique_labels
-from microbench.gate.metrics import OUTLIERS, UNITS, higher_is_better, metric_value, threshold_what
+from microbench.gate.metrics import OUTLIERS, SKEW, UNITS, higher_is_better, metric_value, threshold_what
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.table import size_text
 from microbench.records import Run
@@ -155,7 +155,8 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, li
     lacking = sum(v is None for v in values)
     if lacking:
         field_name = f"latency_us.{stat}" if threshold.metric == "latency" else "an outliers list" \
-            if threshold.metric == OUTLIERS else f"{threshold.metric} from {stat}"
+            if threshold.metric == OUTLIERS else "stragglers.skew" if threshold.metric == SKEW \
+            else f"{threshold.metric} from {stat}"
         return Judgement(passed=False, detail=f"{lacking} of {len(values)} run(s) lack {field_name}", **base)
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
@@ -168,6 +169,8 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, li
     detail = f"{what} {value:.4g} {unit} {op} allowed {allowed:.4g} {unit}{tol}, {how}"
     if threshold.metric == OUTLIERS:
         detail += _outlier_links(by_run)
+    if threshold.metric == SKEW and not passed:
+        detail += _skewed_ranks(by_run)
     return Judgement(passed=passed, value=value, detail=detail, **base)
 
 
@@ -179,6 +182,21 @@ def _outlier_links(by_run: dict[str, list[dict]]) -> str:
                       for o in res.get("outliers") or () if isinstance(o, dict)})
     shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in count.most_common()]
     return f"; flagged: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown else ""
+
+
+def _skewed_ranks(by_run: dict[str, list[dict]]) -> str:
+    """``; slowest rank 3 on n01 (120 us), fastest rank 5 on n02 (40 us)``: each run's extremes, hosts named."""
+    seen = []
+    for results in by_run.values():
+        for res in results:
+            block = res.get("stragglers") or {}
+            text = ", ".join(f"{side} rank {block[side]['rank']} on {block[side]['host']} "
+                             f"({block[side]['mean_us']:.4g} us)" for side in ("slowest", "fastest") if side in block)
+            odd = [f"{o['label']} ({o['side']})" for o in block.get("outliers") or ()]
+            text += f", standing out: {', '.join(odd)}" if odd else ""
+            if text and text not in seen:
+                seen.append(text)
+    return f"; {'; '.join(seen[:4])}{' ...' if len(seen) > 4 else ''}" if seen else ""
 
 
 def _judge_check(key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:

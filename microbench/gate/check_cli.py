@@ -26,7 +26,8 @@ from microbench.records import Run
 from microbench.sizes import format_size
 
 _CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
-                     "max_outliers": "outliers", "require_check": "check", "min_runs": "runs"}
+                     "max_outliers": "outliers", "max_rank_skew": "skew", "require_check": "check",
+                     "min_runs": "runs"}
 _MAX_VALUES_SHOWN = 5
 
 
@@ -144,4 +145,6 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     left = {headers.index(h) for h in ("benchmark", "backend", "options", "criterion", "per-run values")
             if h in headers}
     lines += render(headers, rows, left=sorted(left), indent="  ")
+    # max_rank_skew: a failure names the slowest and fastest ranks and their hosts
+    lines += [f"  FAIL  {j.message()}" for j in judgements if j.criterion == "max_rank_skew" and not j.passed]
     return lines
