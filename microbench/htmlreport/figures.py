@@ -81,7 +81,10 @@ def _lines(drawn: list[Drawn], names: list[str], configs: list[ConfigKey], shown
         label = where + (f", {opts}" if opts else "") + (f" [{d.stat}]" if d.stat == FALLBACK_STAT != stat else "")
         color, dash = svg.style_of(n)
         tokens = f"s{n} cfg:{cfg} " + (f"run:{d.run}" if d.run is not None else "median")
-        line = svg.Line(f"s{n}", label, tokens, color, dash, hidden=hide_single == (d.run is not None))
+        # first shown: the single runs, or (with many runs) the medians over runs
+        hidden = (d.run is not None) if hide_single else (d.run is None)
+        what = None if d.stat == stat else f"busbw from {d.stat}" if bandwidth else f"{d.stat} latency"
+        line = svg.Line(f"s{n}", label, tokens, color, dash, hidden=hidden, what=what)
         values, bands = (s.bandwidth, s.bandwidth_band) if bandwidth else (s.latency, s.latency_band)
         for size, value, band in zip(s.sizes, values, bands):
             if value is not None:
@@ -120,14 +123,12 @@ def figure_group(runs: list[Run], names: list[str], benchmark: str, stat: str) -
     hide_single = len({d.run for d in drawn if d.run is not None}) > MANY_RUNS and any(d.run is None for d in drawn)
     lat = _lines(drawn, names, configs, shown, stat, False, hide_single)
     bw = _lines(drawn, names, configs, shown, stat, True, hide_single)
-    size_label = format_size
+    x_label = "message size (bytes per rank)"
     charts = [
-        svg.line_chart(lat, svg.make_axes(lat, "log2", True, "message size (bytes per rank)", f"{stat} latency (us)",
-                                          size_label), f"{benchmark}: {stat} latency", "us", f"{stat} latency",
-                       "p10..p90"),
-        svg.line_chart(bw, svg.make_axes(bw, "log2", False, "message size (bytes per rank)", "busbw (GB/s)",
-                                         size_label), f"{benchmark}: busbw", "GB/s", f"busbw from {stat}",
-                       "from p90..p10"),
+        svg.line_chart(lat, svg.make_axes(lat, "log2", True, x_label, f"{stat} latency (us)", format_size),
+                       f"{benchmark}: {stat} latency", "us", f"{stat} latency", "p10..p90"),
+        svg.line_chart(bw, svg.make_axes(bw, "log2", False, x_label, "busbw (GB/s)", format_size),
+                       f"{benchmark}: busbw", "GB/s", f"busbw from {stat}", "band (from p90..p10 latency)"),
     ]
     runs_used = sorted({d.run for d in drawn if d.run is not None})
     toggles = svg.group_toggles("runs:", [(f"run:{i}", names[i]) for i in runs_used])
@@ -146,13 +147,14 @@ def figure_group(runs: list[Run], names: list[str], benchmark: str, stat: str) -
 
 
 def section(runs: list[Run], names: list[str], stat: str) -> Section:
-    groups, all_notes = [], []
+    groups, undrawn = [], []
     for benchmark in benchmarks_in(runs):
         html, found = figure_group(runs, names, benchmark, stat)
         groups.append(html)
-        all_notes += found
+        undrawn += [] if html else found
     if not any(groups):
-        return Section("curves", "Latency and bandwidth", text_el("p", "No benchmark results to draw."), "", None)
+        return Section("curves", "Latency and bandwidth", text_el("p", "No benchmark results to draw.")
+                       + notes(undrawn), "", None)
     status = f"{sum(bool(g) for g in groups)} benchmark(s)"
-    return Section("curves", "Latency and bandwidth", "".join(groups), status, None)
+    return Section("curves", "Latency and bandwidth", notes(undrawn) + "".join(groups), status, None)
 

@@ -49,6 +49,7 @@ class Line:
     dash: str
     points: list[Point] = field(default_factory=list)
     hidden: bool = False
+    what: str | None = None  #: what its values are, where it differs from the chart's (a fallback statistic)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,9 @@ def _series(line: Line, axes: Axes) -> str:
         parts.append(f'<circle cx="{axes.x(p.x):.1f}" cy="{axes.y(p.y):.1f}" r="2.6" '
                      f'data-x="{esc(p.x_text)}" data-y="{fmt(p.y)}"{extra}/>')
     cls = "series off" if line.hidden else "series"
-    return (f'<g{attrs(class_=cls, fill=line.color, data_series=line.sid, data_keys=line.keys, data_label=line.label)}>'
+    head = attrs(class_=cls, fill=line.color, data_series=line.sid, data_keys=line.keys, data_label=line.label,
+                 data_what=line.what)
+    return (f'<g{head}>'
             + "".join(parts) + "</g>")
 
 

@@ -18,8 +18,8 @@
 
   /* A point's tooltip: its series, its x, its value (and band) with the chart's unit. */
   function pointText(svg, c) {
-    var d = svg.dataset, p = c.dataset;
-    var lines = [c.parentNode.dataset.label, p.x, d.what + ": " + p.y + " " + d.unit];
+    var d = svg.dataset, p = c.dataset, g = c.parentNode.dataset;
+    var lines = [g.label, p.x, (g.what || d.what) + ": " + p.y + " " + d.unit];
     if (p.lo !== undefined && d.band) { lines.push(d.band + ": " + p.lo + " .. " + p.hi + " " + d.unit); }
     return lines.join("\n");
   }
