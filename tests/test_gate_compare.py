@@ -8,13 +8,18 @@ from itertools import combinations
 
 import pytest
 
-from fixtures.gate.synth import base_latency, pairs_result, result, write_run, write_runs
+from fixtures.gate.synth import private_index, base_latency, pairs_result, result, write_run, write_runs
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
 from microbench.gate import intervals
 from microbench.gate.compare import IMPROVED, NOISE, OK, REGRESSION, UNCONFIRMED, compare, verdict
 from microbench.gate.compare_cli import parse_threshold
-from microbench.gate.load import load_runs
+from microbench.gate.load import load_table
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
 
 
 def cli(*args) -> int:
@@ -82,7 +87,7 @@ def test_verdict(ratio, iv, higher_better, expected):
 def test_known_30_percent_slowdown_is_flagged(tmp_path, capsys):
     base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 5, slower(1.3), prefix="n", day=2)
-    result = compare(load_runs([base]), load_runs([new]))
+    result = compare(load_table([base]), load_table([new]))
     assert len(result.rows) == 8 and not result.only_baseline and not result.only_new
     for row in result.rows:
         assert row.ratio == pytest.approx(1.3)
@@ -98,7 +103,7 @@ def test_known_30_percent_slowdown_is_flagged(tmp_path, capsys):
 def test_identical_runs_are_not_flagged(tmp_path, capsys):
     base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 5, slower(1.0), prefix="n", day=2)
-    result = compare(load_runs([base]), load_runs([new]))
+    result = compare(load_table([base]), load_table([new]))
     assert {r.verdict for r in result.rows} == {OK}
     assert all(r.ratio == pytest.approx(1.0) and not r.significant for r in result.rows)
     assert cli("--baseline", base, "--new", new) == 0
@@ -108,16 +113,16 @@ def test_identical_runs_are_not_flagged(tmp_path, capsys):
 def test_bandwidth_regression_is_a_fall(tmp_path):
     base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 5, slower(1.3), prefix="n")
-    result = compare(load_runs([base]), load_runs([new]), metric="busbw", stat="avg")
+    result = compare(load_table([base]), load_table([new]), metric="busbw", stat="avg")
     assert all(r.ratio == pytest.approx(1 / 1.3) and r.verdict == REGRESSION for r in result.rows)
-    faster = compare(load_runs([new]), load_runs([base]), metric="busbw", stat="avg")
+    faster = compare(load_table([new]), load_table([base]), metric="busbw", stat="avg")
     assert {r.verdict for r in faster.rows} == {IMPROVED}
 
 
 def test_single_runs_cannot_be_judged_and_fail_unless_allowed(tmp_path, capsys):
     base = write_runs(tmp_path / "base.jsonl", 1, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 1, slower(1.3), prefix="n")
-    result = compare(load_runs([base]), load_runs([new]))
+    result = compare(load_table([base]), load_table([new]))
     assert {r.verdict for r in result.rows} == {UNCONFIRMED}
     assert all(r.interval is None and r.significant is None for r in result.rows)
     assert cli("--baseline", base, "--new", new) == 1
@@ -133,7 +138,7 @@ def test_launch_to_launch_noise_is_not_a_regression(tmp_path):
         write_run(base, [result(p50=1.5 * mode)], run_id=f"b{i}")
     for i, mode in enumerate([2, 1, 2, 1, 2]):
         write_run(new, [result(p50=1.5 * mode)], run_id=f"n{i}")
-    row, = compare(load_runs([base]), load_runs([new])).rows
+    row, = compare(load_table([base]), load_table([new])).rows
     assert row.ratio == pytest.approx(2.0)
     assert row.interval.low < 1 < row.interval.high and row.verdict == NOISE
 
@@ -144,7 +149,7 @@ def test_runs_are_the_unit_of_sampling(tmp_path):
     for i in range(4):
         write_run(base, [result(p50=10.0 + i * 0.1)], run_id=f"b{i}")
         write_run(new, [result(p50=13.0), result(p50=15.0)], run_id=f"n{i}")
-    row, = compare(load_runs([base]), load_runs([new])).rows
+    row, = compare(load_table([base]), load_table([new])).rows
     assert row.new == [14.0] * 4 and len(row.baseline) == 4
 
 
@@ -167,7 +172,7 @@ def test_options_separate_configurations(tmp_path, capsys):
     base = write_run(tmp_path / "base.jsonl", [result(p50=1.0), result(size=64, p50=1.0)], run_id="b")
     new = write_run(tmp_path / "new.jsonl", [result(p50=1.0, dtype="float64"), result(size=64, p50=1.0)],
                     run_id="n")
-    res = compare(load_runs([base]), load_runs([new]))
+    res = compare(load_table([base]), load_table([new]))
     assert [r.key.size_bytes for r in res.rows] == [64]
     assert [k.get("dtype") for k in res.only_baseline] == ["float32"]
     assert [k.get("dtype") for k in res.only_new] == ["float64"]

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
-from fixtures.gate.synth import pairs_result, result, write_run
+from fixtures.gate.synth import private_index, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
 
 
 def cli(*args) -> int:

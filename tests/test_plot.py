@@ -7,16 +7,21 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import REPO
-from fixtures.gate.synth import MULTIPLES, pairs_result, result, write_run
+from fixtures.gate.synth import private_index, MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
-from microbench.gate.load import load_runs
+from microbench.gate.load import load_table
 from microbench.plot import heatmap
 from microbench.plotting import curves, line_style
 
 REFERENCE = REPO / "plots" / "reference.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CORE = ("allgather", "allreduce", "broadcast", "bw", "latency", "reduce_scatter")
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
 
 
 def cli(*args) -> int:
@@ -67,7 +72,7 @@ def test_series_carry_the_recorded_numbers(tmp_path):
     for i, p50 in enumerate((10.0, 30.0, 20.0)):
         write_run(path, [result(size=8, p50=p50), result(size=16, p50=2 * p50)], run_id=f"r{i}",
                   time_utc=f"2026-11-0{i + 1}T00:00:00Z")
-    runs = load_runs([path])
+    runs = load_table([path])
     per_run = curves.build_series(runs, "allreduce", "p50", "p10-p90", "run", "busbw")
     assert len(per_run) == 3
     first = next(s for s in per_run if s.label.startswith("2026-11-01"))
@@ -83,13 +88,13 @@ def test_runs_started_in_the_same_minute_get_distinct_legend_labels(tmp_path):
     path = tmp_path / "r.jsonl"
     for i, when in enumerate(("07:00:05", "07:00:40", "07:00:40")):
         write_run(path, [result(size=8, p50=1.0 + i)], run_id=f"run{i}", time_utc=f"2026-11-01T{when}Z")
-    labels = [s.label for s in curves.build_series(load_runs([path]), "allreduce")]
+    labels = [s.label for s in curves.build_series(load_table([path]), "allreduce")]
     assert len(set(labels)) == 3
     assert sorted(labels) == ["2026-11-01 07:00:05 run0", "2026-11-01 07:00:40 run1", "2026-11-01 07:00:40 run2"]
     apart = tmp_path / "apart.jsonl"
     for i, when in enumerate(("07:00:05", "08:00:40")):
         write_run(apart, [result(size=8, p50=1.0 + i)], run_id=f"run{i}", time_utc=f"2026-11-01T{when}Z")
-    labels = [s.label for s in curves.build_series(load_runs([apart]), "allreduce")]
+    labels = [s.label for s in curves.build_series(load_table([apart]), "allreduce")]
     assert labels == ["2026-11-01 07:00", "2026-11-01 08:00"]  # minutes suffice
 
 

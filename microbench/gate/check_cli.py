@@ -15,14 +15,14 @@ import json
 import sys
 
 from microbench.errors import UsageError
-from microbench.gate import junit, keys
+from microbench.gate import junit, keys, select
 from microbench.gate.check import RuleOutcome, evaluate
-from microbench.gate.load import load_runs, mpi_library, time_span
+from microbench.gate.columns import RunInfo
+from microbench.gate.load import load_table, mpi_library, time_span
 from microbench.gate.metrics import UNITS
 from microbench.gate.spec import Spec, load_spec
 from microbench.gate.table import num, render
 from microbench.pairs import PAIRS
-from microbench.records import Run
 from microbench.sizes import format_size
 
 _CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
@@ -38,12 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one testcase per rule) for CI systems")
     p.add_argument("--failures-only", action="store_true",
                    help="table: show only the failing rows of each rule (verdict lines stay)")
+    select.add_arguments(p)
 
 
 def main(args) -> int:
     spec = load_spec(args.spec)
-    runs = load_runs(args.results)
-    outcomes = evaluate(spec, runs)
+    table = load_table(args.results, stats=spec_stats(spec), selection=select.Selection.from_args(args))
+    runs = table.runs
+    outcomes = evaluate(spec, table)
     if args.junit:
         try:
             junit.write(args.junit, spec, outcomes, {"results": " ".join(args.results), "runs": str(len(runs))})
@@ -57,7 +59,13 @@ def main(args) -> int:
     return 0 if all(o.passed for o in outcomes) else 1
 
 
-def as_json(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], files: list[str]) -> dict:
+def spec_stats(spec: Spec) -> list[str]:
+    """The latency statistics the rules of ``spec`` read (the only ones loaded)."""
+    return sorted({stat for rule in spec.rules for t in rule.thresholds
+                   for stat in [rule.stat_for(t.metric)] if stat is not None}) or ["p50"]
+
+
+def as_json(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], files: list[str]) -> dict:
     failed = sum(not o.passed for o in outcomes)
     return {
         "spec": spec.path, "description": spec.description, "files": list(files),
@@ -69,7 +77,7 @@ def as_json(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], files: lis
     }
 
 
-def report_lines(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], failures_only: bool = False
+def report_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], failures_only: bool = False
                  ) -> list[str]:
     libs = sorted({mpi_library(r) for r in runs})
     lines = [f"# microbench check: spec {spec.path}" + (f" ({spec.description})" if spec.description else ""),

@@ -21,11 +21,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from microbench.gate import intervals, keys
+import numpy as np
+
+from microbench.gate import intervals
+from microbench.gate.columns import Table, per_run_medians
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import run_label
-from microbench.gate.metrics import higher_is_better, metric_value
-from microbench.records import Run
+from microbench.gate.metrics import higher_is_better
 
 #: verdicts; the first two make ``microbench compare`` exit 1 (the second unless allowed)
 REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED = (
@@ -81,20 +83,20 @@ class Comparison:
         return sum(r.verdict == verdict for r in self.rows)
 
 
-def per_run_values(runs: list[Run], metric: str, stat: str,
-                   select: Callable[[dict], bool] = lambda r: True) -> dict[ConfigKey, list[tuple[str, float]]]:
-    """Configuration -> [(run label, the run's value)], one entry per run that measured it."""
+def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None = None
+                   ) -> dict[ConfigKey, list[tuple[str, float]]]:
+    """Configuration -> [(run label, the run's value)], one entry per run that measured it (among ``rows``,
+    a boolean mask; all rows when None). Values that are missing or not above 0 are left out."""
+    values = table.values(metric, stat)
+    usable = np.isfinite(values) & (values > 0)
+    if rows is not None:
+        usable &= rows
+    picked = np.flatnonzero(usable)
+    configs, runs, medians = per_run_medians(table.config[picked], table.run[picked], values[picked])
+    labels = [run_label(run) for run in table.runs]
     out: dict[ConfigKey, list[tuple[str, float]]] = {}
-    for run in runs:
-        mine: dict[ConfigKey, list[float]] = {}
-        for result in run.results:
-            if not select(result):
-                continue
-            value = metric_value(result, metric, stat)
-            if value is not None and value > 0:
-                mine.setdefault(keys.config_key(result), []).append(value)
-        for key, values in mine.items():
-            out.setdefault(key, []).append((run_label(run), float(statistics.median(values))))
+    for config, run, value in zip(configs.tolist(), runs.tolist(), medians.tolist()):
+        out.setdefault(table.configs[config], []).append((labels[run], value))
     return out
 
 
@@ -114,12 +116,13 @@ def verdict(ratio: float, interval: intervals.Interval | None, threshold: float,
     return NOISE
 
 
-def compare(baseline: list[Run], new: list[Run], metric: str = "latency", stat: str = "p50",
+def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p50",
             threshold: float = 0.05, confidence: float = 0.95,
-            select: Callable[[dict], bool] = lambda r: True) -> Comparison:
-    """Compare every configuration measured on both sides; small messages first."""
-    base_values = per_run_values(baseline, metric, stat, select)
-    new_values = per_run_values(new, metric, stat, select)
+            select: Callable[[Table], np.ndarray] | None = None) -> Comparison:
+    """Compare every configuration measured on both sides; small messages first. ``select`` gives the
+    rows of a table to compare (a boolean mask)."""
+    base_values = per_run_values(baseline, metric, stat, select(baseline) if select else None)
+    new_values = per_run_values(new, metric, stat, select(new) if select else None)
     result = Comparison(metric, stat, threshold, confidence)
     for key in sorted(set(base_values) | set(new_values), key=ConfigKey.sort_key):
         if key not in new_values:

@@ -15,14 +15,17 @@ import json
 import sys
 
 from microbench.errors import UsageError
+import numpy as np
+
 from microbench.gate import intervals, keys
+from microbench.gate import select as select_runs
 from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, \
     Comparison, compare
-from microbench.gate.load import benchmark_names, load_runs, mpi_library, time_span
+from microbench.gate.columns import RunInfo, Table
+from microbench.gate.load import benchmark_names, load_table, mpi_library, time_span
 from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, \
     higher_is_better
 from microbench.gate.table import num, render
-from microbench.records import Run
 from microbench.sizes import format_size, parse_sizes
 
 _SHOWN_VERDICT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "noise", OK: "ok",
@@ -49,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 0 when changes beyond the threshold could not be judged for lack of runs")
     p.add_argument("--changes-only", action="store_true", help="table: leave out rows whose verdict is ok")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of the table")
+    select_runs.add_arguments(p)
 
 
 def parse_threshold(text: str) -> float:
@@ -68,27 +72,29 @@ def parse_threshold(text: str) -> float:
 
 
 def _selector(args):
+    """(keep: which configurations to read, select: which rows of a table to compare)."""
     chosen = benchmark_names(args.benchmark)
     names = set(chosen) if chosen else None
-    sizes = set(parse_sizes(args.sizes)) if args.sizes else None
+    sizes = parse_sizes(args.sizes) if args.sizes else None
 
-    def select(result: dict) -> bool:
-        if names is not None and result.get("benchmark") not in names:
-            return False
-        if sizes is not None and not (result.get("size_bytes") in sizes or result.get("requested_bytes") in sizes):
-            return False
-        return True
-    return select
+    def keep(key) -> bool:
+        return names is None or key.benchmark in names
+
+    def select(table: Table) -> np.ndarray:
+        return table.size_mask(sizes) if sizes is not None else np.ones(len(table), dtype=bool)
+    return keep, select
 
 
 def main(args) -> int:
     if not 0.5 <= args.confidence < 1:
         raise UsageError(f"--confidence must be from 0.5 up to 1 (got {args.confidence})")
     stat = check_stat(args.stat) if args.stat else default_stat(args.metric)
-    select = _selector(args)
-    baseline = load_runs(args.baseline, "baseline")
-    new = load_runs(args.new, "new")
-    result = compare(baseline, new, args.metric, stat, args.threshold, args.confidence, select)
+    keep, select = _selector(args)
+    chosen = select_runs.Selection.from_args(args)
+    baseline_table = load_table(args.baseline, "baseline", [stat], chosen, keep)
+    new_table = load_table(args.new, "new", [stat], select_runs.Selection.from_args(args), keep)
+    result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, select)
+    baseline, new = baseline_table.runs, new_table.runs
     if not result.rows:
         raise UsageError("nothing to compare: no configuration (benchmark, size, ranks, backend, options) "
                          "was measured on both sides")
@@ -102,12 +108,12 @@ def main(args) -> int:
     return code
 
 
-def _side(runs: list[Run], files: list[str]) -> dict:
+def _side(runs: list[RunInfo], files: list[str]) -> dict:
     return {"files": list(files), "run_ids": [r.run_id for r in runs],
             "time_utc": [r.meta.get("time_utc") for r in runs]}
 
 
-def as_json(result: Comparison, baseline: list[Run], new: list[Run], args, code: int) -> dict:
+def as_json(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], args, code: int) -> dict:
     return {
         "metric": result.metric, "stat": result.stat, "threshold": result.threshold,
         "confidence": result.confidence, "higher_is_better": higher_is_better(result.metric),
@@ -122,7 +128,7 @@ def as_json(result: Comparison, baseline: list[Run], new: list[Run], args, code:
     }
 
 
-def report_lines(result: Comparison, baseline: list[Run], new: list[Run], args) -> list[str]:
+def report_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], args) -> list[str]:
     conf = f"{result.confidence * 100:g} %"
     worse = "falls" if higher_is_better(result.metric) else "rises"
     need = intervals.min_runs(result.confidence)

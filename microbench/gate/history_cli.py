@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
+import numpy as np
+
 from microbench.errors import UsageError
-from microbench.gate import keys
+from microbench.gate import keys, select
+from microbench.gate.columns import RunInfo, Table, per_run_medians
 from microbench.gate.keys import ConfigKey
-from microbench.gate.load import benchmark_names, load_runs, mpi_library, run_label, run_time
+from microbench.gate.load import benchmark_names, load_table, mpi_library, run_label, run_time
 from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, label
 from microbench.gate.table import num, render
-from microbench.records import Run
 from microbench.sizes import format_size, parse_sizes
 
 
@@ -34,27 +35,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latency statistic (default p50 for latency, avg for bandwidth)")
     p.add_argument("-o", "--figure", metavar="FILE.png", help="also draw the history (PNG or SVG by suffix)")
     p.add_argument("--json", action="store_true", help="print the history as JSON instead of the table")
+    select.add_arguments(p)
 
 
-def collect(runs: list[Run], benchmarks: set[str] | None, sizes: set[int], metric: str, stat: str
-            ) -> tuple[list[Run], list[ConfigKey], dict[tuple[int, ConfigKey], float]]:
-    """(runs by start time, columns small sizes first, (run index, column) -> the run's value)."""
-    from microbench.gate.metrics import metric_value
+def collect(table: Table, sizes: list[int], metric: str, stat: str
+            ) -> tuple[list[RunInfo], list[ConfigKey], dict[tuple[int, ConfigKey], float]]:
+    """(runs by start time, columns small sizes first, (run position, column) -> the run's value)."""
+    order = sorted(range(len(table.runs)), key=lambda i: _time_order(table.runs[i]))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    values = table.values(metric, stat)
+    rows = np.flatnonzero(table.size_mask(sizes) & np.isfinite(values))
+    configs, runs, medians = per_run_medians(table.config[rows], position[table.run[rows]], values[rows])
+    cells = {(run, table.configs[config]): value
+             for config, run, value in zip(configs.tolist(), runs.tolist(), medians.tolist())}
+    columns = sorted({table.configs[c] for c in set(configs.tolist())}, key=ConfigKey.sort_key)
+    return [table.runs[i] for i in order], columns, cells
 
-    ordered = sorted(runs, key=lambda r: (run_time(r) is None, run_time(r) or 0, run_label(r)))
-    cells: dict[tuple[int, ConfigKey], list[float]] = {}
-    for index, run in enumerate(ordered):
-        for res in run.results:
-            if benchmarks is not None and res.get("benchmark") not in benchmarks:
-                continue
-            if res.get("size_bytes") not in sizes and res.get("requested_bytes") not in sizes:
-                continue
-            value = metric_value(res, metric, stat)
-            if value is not None:
-                cells.setdefault((index, keys.config_key(res)), []).append(value)
-    columns = sorted({k for _, k in cells}, key=ConfigKey.sort_key)
-    values = {ik: float(statistics.median(v)) for ik, v in cells.items()}
-    return ordered, columns, values
+
+def _time_order(run: RunInfo) -> tuple:
+    when = run_time(run)
+    return (when is None, when.timestamp() if when else 0, run_label(run))
 
 
 def column_labels(columns: list[ConfigKey]) -> list[str]:
@@ -71,12 +72,12 @@ def main(args) -> int:
     stat = check_stat(args.stat) if args.stat else default_stat(args.metric)
     chosen = benchmark_names(args.benchmark)
     benchmarks = set(chosen) if chosen else None
-    sizes = set(parse_sizes(args.sizes))
-    runs = load_runs(args.results)
-    ordered, columns, values = collect(runs, benchmarks, sizes, args.metric, stat)
+    sizes = parse_sizes(args.sizes)
+    table = load_table(args.results, stats=[stat], selection=select.Selection.from_args(args),
+                       keep=lambda key: benchmarks is None or key.benchmark in benchmarks)
+    ordered, columns, values = collect(table, sizes, args.metric, stat)
     if not columns:
-        present = sorted({r.get("size_bytes") for run in runs for r in run.results
-                          if benchmarks is None or r.get("benchmark") in benchmarks} - {None})
+        present = sorted(set(table.size.tolist()) - {-1})
         raise UsageError(f"no results at sizes {args.sizes}" + (f" of {', '.join(sorted(benchmarks))}" if benchmarks
                          else "") + f"; sizes present: {', '.join(format_size(s) for s in present[:12]) or 'none'}"
                          + (" ..." if len(present) > 12 else ""))
@@ -96,7 +97,7 @@ def main(args) -> int:
     return 0
 
 
-def _used_runs(ordered: list[Run], columns: list[ConfigKey], values: dict) -> list[int]:
+def _used_runs(ordered: list[RunInfo], columns: list[ConfigKey], values: dict) -> list[int]:
     return [i for i in range(len(ordered)) if any((i, k) in values for k in columns)]
 
 

@@ -101,14 +101,9 @@ class Rule:
         """The statistic a threshold on ``metric`` judges (None for outliers, a count of cells)."""
         return None if metric == OUTLIERS else self.stat or default_stat(metric)
 
-    def matches(self, result: dict) -> bool:
-        """Whether a result record falls under this rule (benchmark, sizes and filters)."""
-        if result.get("benchmark") not in self.benchmarks:
-            return False
-        if self.sizes is not None and not (
-                result.get("size_bytes") in self.sizes or result.get("requested_bytes") in self.sizes):
-            return False
-        return all(keys.field_value(result, k) == v for k, v in self.filters.items())
+    def matches_config(self, key: keys.ConfigKey) -> bool:
+        """Whether a configuration falls under this rule's benchmarks and filters (sizes aside)."""
+        return key.benchmark in self.benchmarks and all(key.get(k) == v for k, v in self.filters.items())
 
     def criteria_text(self) -> str:
         parts = []
