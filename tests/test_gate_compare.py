@@ -70,17 +70,17 @@ def test_interval_of_a_pure_scale_change():
     assert same.low < 1 < same.high
 
 
-@pytest.mark.parametrize("ratio,iv,higher_better,expected", [
-    (1.30, intervals.Interval(1.2, 1.4, 0.95), False, REGRESSION),
-    (1.30, intervals.Interval(0.9, 1.6, 0.95), False, NOISE),
+@pytest.mark.parametrize("ratio,adjusted,higher_better,expected", [
+    (1.30, 0.01, False, REGRESSION),
+    (1.30, 0.20, False, NOISE),
     (1.30, None, False, UNCONFIRMED),
-    (1.03, intervals.Interval(1.01, 1.05, 0.95), False, OK),  # significant but within the threshold
-    (0.70, intervals.Interval(0.6, 0.8, 0.95), False, IMPROVED),
-    (0.70, intervals.Interval(0.6, 0.8, 0.95), True, REGRESSION),  # bandwidth fell
-    (1.30, intervals.Interval(1.2, 1.4, 0.95), True, IMPROVED),
+    (1.03, 0.001, False, OK),  # significant but within the threshold
+    (0.70, 0.01, False, IMPROVED),
+    (0.70, 0.01, True, REGRESSION),  # bandwidth fell
+    (1.30, 0.01, True, IMPROVED),
 ])
-def test_verdict(ratio, iv, higher_better, expected):
-    assert verdict(ratio, iv, 0.05, higher_better) == expected
+def test_verdict(ratio, adjusted, higher_better, expected):
+    assert verdict(ratio, adjusted, 0.05, 0.05, higher_better) == expected
 
 
 # ------------------------------------------------------------------------------------------- compare
@@ -91,7 +91,7 @@ def test_known_30_percent_slowdown_is_flagged(tmp_path, capsys):
     assert len(result.rows) == 8 and not result.only_baseline and not result.only_new
     for row in result.rows:
         assert row.ratio == pytest.approx(1.3)
-        assert row.interval.low > 1 and row.verdict == REGRESSION
+        assert row.interval[0] > 1 and row.verdict == REGRESSION and row.p_adjusted <= 0.05
         assert len(row.baseline) == len(row.new) == 5
     assert cli("--baseline", base, "--new", new) == 1
     out = capsys.readouterr().out
@@ -105,7 +105,7 @@ def test_identical_runs_are_not_flagged(tmp_path, capsys):
     new = write_runs(tmp_path / "new.jsonl", 5, slower(1.0), prefix="n", day=2)
     result = compare(load_table([base]), load_table([new]))
     assert {r.verdict for r in result.rows} == {OK}
-    assert all(r.ratio == pytest.approx(1.0) and not r.significant for r in result.rows)
+    assert all(r.ratio == pytest.approx(1.0) and r.p_adjusted > 0.05 for r in result.rows)
     assert cli("--baseline", base, "--new", new) == 0
     assert "-> PASS" in capsys.readouterr().out
 
@@ -119,16 +119,17 @@ def test_bandwidth_regression_is_a_fall(tmp_path):
     assert {r.verdict for r in faster.rows} == {IMPROVED}
 
 
-def test_single_runs_cannot_be_judged_and_fail_unless_allowed(tmp_path, capsys):
+def test_single_runs_cannot_be_judged_and_fail_only_when_asked(tmp_path, capsys):
+    """An untested change is no FAIL with a stated error rate: it fails with --fail-unconfirmed only."""
     base = write_runs(tmp_path / "base.jsonl", 1, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 1, slower(1.3), prefix="n")
     result = compare(load_table([base]), load_table([new]))
     assert {r.verdict for r in result.rows} == {UNCONFIRMED}
-    assert all(r.interval is None and r.significant is None for r in result.rows)
-    assert cli("--baseline", base, "--new", new) == 1
+    assert all(r.interval is None and r.p_adjusted is None for r in result.rows)
+    assert cli("--baseline", base, "--new", new) == 0
     out = capsys.readouterr().out
-    assert "too few runs" in out and "regression?" in out
-    assert cli("--baseline", base, "--new", new, "--allow-unconfirmed") == 0
+    assert "too few runs" in out and "regression?" in out and "-> PASS" in out
+    assert cli("--baseline", base, "--new", new, "--fail-unconfirmed") == 1
 
 
 def test_launch_to_launch_noise_is_not_a_regression(tmp_path):
@@ -140,7 +141,7 @@ def test_launch_to_launch_noise_is_not_a_regression(tmp_path):
         write_run(new, [result(p50=1.5 * mode)], run_id=f"n{i}")
     row, = compare(load_table([base]), load_table([new])).rows
     assert row.ratio == pytest.approx(2.0)
-    assert row.interval.low < 1 < row.interval.high and row.verdict == NOISE
+    assert row.interval[0] < 1 < row.interval[1] and row.verdict == NOISE
 
 
 def test_runs_are_the_unit_of_sampling(tmp_path):
@@ -165,7 +166,8 @@ def test_small_messages_first_and_json(tmp_path, capsys):
     assert doc["metric"] == "latency" and doc["stat"] == "p50" and doc["threshold"] == 0.05
     assert doc["summary"]["ok"] == 6 and doc["exit_status"] == 0
     row = doc["rows"][0]
-    assert row["ci_low"] < 1 < row["ci_high"] and row["significant"] is False and len(row["new_values"]) == 4
+    assert row["ci_low"] < 1 < row["ci_high"] and row["p_adjusted"] > 0.05 and len(row["new_values"]) == 4
+    assert doc["error_control"].startswith("Holm") and 0 <= doc["run_correlation"] <= 0.9
 
 
 def test_options_separate_configurations(tmp_path, capsys):
