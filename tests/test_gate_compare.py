@@ -11,7 +11,8 @@ import pytest
 from fixtures.gate.synth import private_index, base_latency, pairs_result, result, write_run, write_runs
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
-from microbench.gate import intervals
+from microbench.gate import intervals, ratiotest, tdist
+from microbench.gate.family import holm
 from microbench.gate.compare import IMPROVED, NOISE, OK, REGRESSION, UNCONFIRMED, compare, verdict
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.load import load_table
@@ -247,3 +248,44 @@ def test_records_from_before_call_path_keep_their_configuration():
     assert config_key(old_python) != config_key({**base, "loop": "python", "call_path": "shim"})
     torch_old = {**base, "backend": "torch", "loop": "python"}
     assert config_key(torch_old) == config_key({**torch_old, "call_path": "torch"})
+
+
+# ------------------------------------------------------------------- error control and correlated runs
+def test_holm_adjusts_in_step_down_order():
+    adjusted = holm([0.01, 0.04, 0.03, None, 0.005])
+    assert adjusted[3] is None
+    assert adjusted[4] == pytest.approx(4 * 0.005) and adjusted[0] == pytest.approx(3 * 0.01)
+    assert adjusted[2] == pytest.approx(2 * 0.03) and adjusted[1] == pytest.approx(0.06)  # monotone: max(0.06, 0.04)
+
+
+@pytest.mark.parametrize("t,df,p", [(2.145, 14, 0.05), (2.776, 4, 0.05), (12.706, 1, 0.05), (3.707, 6, 0.01),
+                                    (1.96, 10 ** 6, 0.05)])
+def test_t_distribution_matches_the_tables(t, df, p):
+    assert tdist.two_sided_p(t, df) == pytest.approx(p, rel=2e-3)
+    assert tdist.quantile(1 - p / 2, df) == pytest.approx(t, rel=1e-3)
+
+
+def test_back_to_back_correlation_widens_the_test():
+    spell = [1.0, 1.02, 1.04, 1.06, 1.08, 1.10, 1.12, 1.14]  # a drift: each run like the one before
+    assert ratiotest.run_correlation([spell, spell[::-1]]) > 0.3
+    assert ratiotest.run_correlation([[1.0, 1.1, 1.0, 1.1, 1.0, 1.1]]) == 0.0  # alternating: clipped at 0
+    base, new = [1.0, 1.03, 0.98, 1.01], [1.1, 1.12, 1.08, 1.13]
+    plain, widened = ratiotest.run_test(base, new, 0.0), ratiotest.run_test(base, new, 0.5)
+    assert widened.se > plain.se and widened.p > plain.p and widened.df < plain.df
+    assert ratiotest.ar1_factor(4, 0.5) == pytest.approx(1 + 2 * (0.75 * 0.5 + 0.5 * 0.25 + 0.25 * 0.125))
+
+
+def test_twenty_unchanged_configurations_stay_quiet_as_a_family(tmp_path):
+    """Runs drawn from one distribution for 20 configurations: per-row 5 % tests would flag about one;
+    Holm over the family keeps every row unflagged here (fixed seed)."""
+    import random
+
+    rng = random.Random(5)
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for i in range(8):
+        for path, side in ((base, "b"), (new, "n")):
+            write_run(path, [result("allreduce", 8 << s, p50=2.0 * rng.lognormvariate(0, 0.08)) for s in range(20)],
+                      run_id=f"{side}{i}")
+    res = compare(load_table([base]), load_table([new]))
+    assert len(res.rows) == 20 and sum(r.test.p < 0.05 for r in res.rows) >= 1  # odd on its own ...
+    assert {r.verdict for r in res.rows} <= {OK, NOISE}  # ... and nothing is flagged for the family

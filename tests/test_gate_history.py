@@ -8,6 +8,9 @@ import pytest
 
 from fixtures.gate.synth import private_index, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
+from microbench.gate import steps
+
+pytestmark = pytest.mark.filterwarnings("error")  # a figure that warns is a failed figure
 
 
 @pytest.fixture(autouse=True)
@@ -82,3 +85,25 @@ def test_pairs_history(tmp_path, capsys):
     series, = json.loads(capsys.readouterr().out)["series"]
     assert series["config"]["benchmark"] == "pairs" and series["config"]["metric"] == "latency"
     assert [p["value"] for p in series["points"]] == [2.0, 2.5]
+
+
+# ------------------------------------------------------------------------------------ steps.detect
+def test_steps_in_few_noisy_points():
+    level = [1.0, 1.03, 0.97, 1.02, 0.99, 1.31, 1.28, 1.33, 1.27, 1.30]
+    step, = steps.detect(level, min_step=0.05)
+    assert step.index == 5 and step.ratio == pytest.approx(1.30 / 1.0, rel=0.02) and step.p <= 0.05
+    assert steps.detect(level, min_step=0.5) == []  # smaller than the minimum step asked for
+    assert steps.detect([1.0, 1.04, 0.96, 1.02, 0.98, 1.01, 0.97, 1.03]) == []
+    assert steps.detect([1.0, 2.0, 1.0, 2.0]) == []  # too few points for two segments of 3
+
+
+def test_one_wild_run_is_not_a_step():
+    series = [1.0, 1.02, 0.98, 1.01, 3.0, 0.99, 1.03, 0.97, 1.0, 1.02]
+    assert steps.detect(series) == []
+
+
+def test_two_steps_and_their_medians():
+    series = [1.0] * 6 + [1.5] * 6 + [1.2] * 6
+    found = steps.detect([v * (1 + 0.01 * (i % 3)) for i, v in enumerate(series)])
+    assert [s.index for s in found] == [6, 12]
+    assert found[0].ratio == pytest.approx(1.5, rel=0.03) and found[1].ratio == pytest.approx(0.8, rel=0.03)

@@ -14,6 +14,8 @@ from microbench.gate.load import load_table
 from microbench.plot import heatmap
 from microbench.plotting import curves, line_style
 
+pytestmark = pytest.mark.filterwarnings("error")  # a layout or legend warning is a failed figure
+
 REFERENCE = REPO / "plots" / "reference.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CORE = ("allgather", "allreduce", "broadcast", "bw", "latency", "reduce_scatter")
@@ -150,3 +152,22 @@ def test_heatmap_rejects_bad_input(tmp_path):
         heatmap([[1.0]], ["a"], "t", "us", tmp_path / "x.png", outliers=[(0, 1)])
     with pytest.raises(UsageError, match=".png or .svg"):
         heatmap([[1.0]], ["a"], "t", "us", tmp_path / "x.pdf")
+
+
+def test_past_a_handful_of_runs_the_figure_merges_them_by_configuration(tmp_path, capsys):
+    """40 nights of two configurations: two series (median over runs, band over runs), the newest run
+    marked, never a legend entry per run; no matplotlib warning (warnings are errors here)."""
+    path = tmp_path / "nights.jsonl"
+    for night in range(40):
+        level = 1.0 + 0.01 * (night % 5)
+        write_run(path, [result(size=s, p50=2.0 * level, dtype=d) for s in (8, 64, 1024) for d in ("float32", "float64")],
+                  run_id=f"n{night}", time_utc=f"2026-{1 + night // 28:02d}-{1 + night % 28:02d}T02:00:00Z")
+    table = load_table([path])
+    assert curves.resolve_by("auto", 40) == "config" and curves.resolve_by("auto", 5) == "run"
+    series = curves.build_series(table, "allreduce", by="config")
+    assert len(series) == 2 and all("40 run(s)" in s.label for s in series)
+    newest = 2.0 * (1.0 + 0.01 * (39 % 5))
+    assert all(s.newest == pytest.approx([newest] * 3) for s in series)
+    assert all(s.latency == pytest.approx([2.0 * 1.02] * 3) for s in series)  # median over the runs
+    assert cli(path, "-o", tmp_path / "figs") == 0
+    assert_png(tmp_path / "figs" / "allreduce.png")

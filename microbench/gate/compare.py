@@ -147,11 +147,15 @@ def verdict(ratio: float, adjusted: float | None, alpha: float, threshold: float
 def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p50",
             threshold: float = 0.05, confidence: float = 0.95,
             select: Callable[[Table], np.ndarray] | None = None, by_day: bool = False,
-            rho: float | None = None) -> Comparison:
+            rho: float | None = None, baseline_rows: np.ndarray | None = None) -> Comparison:
     """Compare every configuration measured on both sides; small messages first. ``select`` gives the
-    rows of a table to compare (a boolean mask); ``by_day`` judges against the baseline's days;
-    ``rho`` the correlation of back-to-back runs (None: measured from both sides' runs)."""
-    base_values = per_run_values(baseline, metric, stat, select(baseline) if select else None)
+    rows of a table to compare (a boolean mask), ``baseline_rows`` narrows the baseline further (a
+    lookback window); ``by_day`` judges against the baseline's days; ``rho`` the correlation of
+    back-to-back runs (None: measured from both sides' runs)."""
+    base_mask = select(baseline) if select else np.ones(len(baseline), dtype=bool)
+    if baseline_rows is not None:
+        base_mask = base_mask & baseline_rows
+    base_values = per_run_values(baseline, metric, stat, base_mask)
     new_values = per_run_values(new, metric, stat, select(new) if select else None)
     shared = set(base_values) & set(new_values)
     if rho is None:

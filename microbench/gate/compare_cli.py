@@ -110,18 +110,16 @@ def main(args) -> int:
     keep, select = _selector(args)
     baseline_table = load_table(args.baseline, "baseline", [stat], select_runs.Selection.from_args(args), keep)
     new_table = load_table(args.new, "new", [stat], select_runs.Selection.from_args(args), keep)
-    base_select = select
-    if args.lookback:
-        window = lookback_mask(baseline_table, new_table, args.lookback)
-        base_select = lambda table: select(table) & window  # noqa: E731
-    result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, base_select,
-                     by_day=bool(args.lookback), rho=args.run_correlation)
+    window = lookback_mask(baseline_table, new_table, args.lookback) if args.lookback else None
+    result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, select,
+                     by_day=bool(args.lookback), rho=args.run_correlation, baseline_rows=window)
     if not result.rows:
         raise UsageError("nothing to compare: no configuration (benchmark, size, ranks, backend, options) "
                          "was measured on both sides" + (" within the lookback window" if args.lookback else ""))
     failing = result.count(REGRESSION) + (result.count(UNCONFIRMED) if args.fail_unconfirmed else 0)
     code = 1 if failing else 0
-    baseline = [baseline_table.runs[i] for i in baseline_table.used_runs(np.flatnonzero(base_select(baseline_table)))]
+    used = select(baseline_table) & (window if window is not None else True)
+    baseline = [baseline_table.runs[i] for i in baseline_table.used_runs(np.flatnonzero(used))]
     if args.json:
         json.dump(as_json(result, baseline, new_table.runs, args, code), sys.stdout, indent=1)
         print()

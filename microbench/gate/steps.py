@@ -3,7 +3,9 @@
 Each run is one point (its value of a configuration, in start-time order). Binary segmentation with a
 rank test: in a segment, every split leaving at least ``min_segment`` runs on each side is scored by the
 Mann-Whitney count U of the later part against the earlier one (ranks, so one wild run moves nothing
-much); the best split whose medians differ by at least ``min_step`` (relative) is kept when its p-value,
+much); the best-scoring split is placed among its neighbours (3 each side) where the two medians fit
+the points best (least absolute deviation); the first such split whose medians differ by at least
+``min_step`` (relative) is kept when its p-value,
 multiplied by the number of splits tried in the segment (Bonferroni over the split points), is at most
 ``alpha``; then both halves are searched again. The p-value is exact (``intervals`` gives Mann-Whitney's
 null distribution) up to 10,000 pairs, normal with a tie correction above.
@@ -94,6 +96,7 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int)
     mean, sd = candidates * later / 2, np.sqrt(candidates * later * (n + 1) / 12)
     score = np.abs(u - mean) / sd
     for i in np.argsort(-score, kind="stable")[:_TRIES]:
+        i = _place(seg, candidates, int(i))
         split = int(candidates[i])
         before, after = np.median(seg[:split]), np.median(seg[split:])
         if before <= 0 or abs(after / before - 1) < min_step:
@@ -101,6 +104,18 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int)
         p = min(1.0, mann_whitney_p(float(u[i]), split, n - split, ties) * len(candidates))
         return (split, p) if p <= alpha else None
     return None
+
+
+def _place(seg: np.ndarray, candidates: np.ndarray, best: int, reach: int = 3) -> int:
+    """The candidate within ``reach`` of ``best`` whose two medians fit the segment best (least absolute
+    deviation): ranks find a step, magnitudes place it (a high last point before a step rises with it)."""
+    lo, hi = max(0, best - reach), min(len(candidates), best + reach + 1)
+
+    def cost(i: int) -> float:
+        split = int(candidates[i])
+        left, right = seg[:split], seg[split:]
+        return float(np.abs(left - np.median(left)).sum() + np.abs(right - np.median(right)).sum())
+    return min(range(lo, hi), key=lambda i: (cost(i), abs(i - best)))
 
 
 def _midranks(seg: np.ndarray, ranks: np.ndarray, inverse: np.ndarray, counts: np.ndarray) -> np.ndarray:
