@@ -16,9 +16,8 @@ from microbench.errors import RunError, UsageError
 
 def raise_if_any(reducer, error: Exception | None) -> None:
     """Collective: if any rank passes an error, raise it (with its rank) on every rank."""
-    size = reducer.size
-    first = int(reducer.allreduce(np.array([reducer.rank if error else size], dtype=np.int64), "min")[0])
-    if first >= size:
+    first = lowest_rank_where(reducer, error is not None)
+    if first is None:
         return
     payload = None
     if reducer.rank == first:
@@ -49,8 +48,7 @@ def check_same_everywhere(reducer, what: str, value: dict) -> None:
         return
     mine = int(h[0])
     ref = reducer.bcast((mine, value), root=0)
-    differs = mine != ref[0]
-    first = int(reducer.allreduce(np.array([reducer.rank if differs else reducer.size], dtype=np.int64), "min")[0])
+    first = lowest_rank_where(reducer, mine != ref[0])
     detail = None
     if reducer.rank == first:
         keys = list(value) + [k for k in ref[1] if k not in value]  # declaration order: options before derived
@@ -59,3 +57,27 @@ def check_same_everywhere(reducer, what: str, value: dict) -> None:
         detail = f"{key}: rank 0 has {ref[1].get(key)!r}, rank {first} has {value.get(key)!r}"
     detail = reducer.bcast(detail, root=first)
     raise UsageError(f"{what} differ between ranks ({detail}); every rank must run the same command")
+
+
+# ------------------------------------------------------------------------------ named reductions
+# One value per rank, reduced across ranks (collective: every rank calls them at the same point).
+
+def max_of(reducer, value: float) -> float:
+    """The largest ``value`` over all ranks."""
+    return float(reducer.allreduce(np.array([value], dtype=np.float64), "max")[0])
+
+
+def sum_of(reducer, value: int) -> int:
+    """The sum of an integer ``value`` over all ranks."""
+    return int(reducer.allreduce(np.array([value], dtype=np.int64), "sum")[0])
+
+
+def any_rank(reducer, flag: bool) -> bool:
+    """Whether ``flag`` is true on at least one rank."""
+    return bool(reducer.allreduce(np.array([int(flag)], dtype=np.int64), "max")[0])
+
+
+def lowest_rank_where(reducer, flag: bool) -> int | None:
+    """The lowest rank on which ``flag`` is true, or None when it is true nowhere."""
+    first = int(reducer.allreduce(np.array([reducer.rank if flag else reducer.size], dtype=np.int64), "min")[0])
+    return None if first >= reducer.size else first

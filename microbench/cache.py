@@ -14,7 +14,6 @@ outside the timed region.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +93,9 @@ def plan_pool(send_bytes: int, recv_bytes: int, cache_bytes: int, uses: int, max
 class CacheFlush:
     """A buffer of ``nbytes`` written one byte per cache line to displace caches (untimed)."""
 
+    #: the C loop writes it itself, between iterations (``address``, ``nbytes``)
+    host_memory = True
+
     def __init__(self, nbytes: int):
         self.region = HostRegion(nbytes)
         self.nbytes = self.region.nbytes
@@ -108,20 +110,6 @@ class CacheFlush:
         self.region.close()
 
 
-def slot_report(path: str | None, record: dict) -> None:
-    """Test-only hook (MICROBENCH_TEST_SLOT_REPORT): append how many pool slots an iteration sweep touched."""
-    if not path:
-        return
-    import json
-
-    with open(f"{path}.{record['rank']}", "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def touched_slots(slots, poison: int) -> int:
     """How many slots' receive buffers hold anything but the poison fill left there (the call wrote them)."""
     return sum(1 for slot in slots if slot.recv is not None and bool(np.any(slot.recv != poison)))
-
-
-def report_path() -> str | None:
-    return os.environ.get("MICROBENCH_TEST_SLOT_REPORT")

@@ -15,10 +15,11 @@ import traceback
 from microbench import __version__, launch
 from microbench.errors import RunError, UsageError
 
-#: verb -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> int;
-#: ``args._argv`` holds the command's arguments as typed (after the program name).
+#: verb -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> int, and its
+#: ``HELP`` (else its docstring) is the verb's --help text; ``args._argv`` holds the command's arguments as
+#: typed (after the program name).
 VERBS = {
-    "run": ("microbench.run_cli", "measure benchmarks over a size sweep"),
+    "run": ("microbench.runner", "measure benchmarks over a size sweep"),
     "workload": ("microbench.workload.cli", "message-size distributions of LLM training, and their cost"),
     "check": ("microbench.gate.check_cli", "judge results against an acceptance spec (pass/fail)"),
     "compare": ("microbench.gate.compare_cli", "compare new results against baseline runs"),
@@ -52,7 +53,8 @@ def build_parser() -> Parser:
             if exc.name and module_name.startswith(exc.name):
                 continue  # a verb whose module is not in this build
             raise
-        p = sub.add_parser(verb, help=help_text, description=(module.__doc__ or help_text).strip(),
+        description = getattr(module, "HELP", None) or module.__doc__ or help_text
+        p = sub.add_parser(verb, help=help_text, description=description.strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_module=module)
@@ -93,7 +95,7 @@ def _collective_usage_error(argv: list[str], exc: UsageError) -> None:
     if not (argv and argv[0] == "run" and launch.discover().under_launcher):
         return
     from microbench import agree
-    from microbench.runner import init_world
+    from microbench.world import init_world
 
     world = init_world()
     agree.raise_if_any(world.reducer, exc)

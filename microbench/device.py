@@ -1,39 +1,22 @@
-"""Device buffers and GPU timing: which GPU a rank uses, device pools, CUDA events, CUDA graphs.
+"""Device buffers: which GPU a rank uses, what it offers, device pools and the device cache flush.
 
-Buffers. Every pool has host slots (page-aligned, written by their rank; ``--check`` fills and verifies
-them) and, for ``--device cuda``, device slots of the same shape (torch tensors or cupy arrays) that the
-transport moves. ``push(k)`` copies slot k's host data to the device and ``pull(k)`` back, both outside
-the timed region and followed by a device synchronisation. On the CPU the torch tensors share the host
-slots' memory, so nothing is copied.
-
-GPU timing rules (torch on CUDA). The device is synchronised and the ranks pass a barrier before the
-timed region. In the lean loop one CUDA event is recorded on the current stream after every call (the
-collectives of torch.distributed make that stream wait for the communication stream), so iteration i
-lasts from event i to event i+1 on the GPU's clock; the host only waits at the end. With --sync barrier,
---flush or --check, each iteration has its own start and end events, the device is synchronised before
-the barrier, and the flush (a write of twice the L2 size) runs before the start event. With --cuda-graph
-the timed iterations are captured into a CUDA graph of G iterations (G = min(100, iterations / 10)); each
-replay is timed with an event pair and gives one sample, its time divided by G. With --check, --sync barrier
-or --flush, each timed iteration replays a one-call graph of its slot (see ``CudaGraphLoop``). A graph of
-a 1-rank in-place collective is empty (NCCL has nothing to do), and says so in a torch warning.
+Every pool has host slots (page-aligned, written by their rank; ``--check`` fills and verifies them) and,
+for ``--device cuda``, device slots of the same shape (torch tensors or cupy arrays) that the transport
+moves. ``push(k)`` copies slot k's host data to the device and ``pull(k)`` back, both outside the timed
+region and followed by a device synchronisation. On the CPU the torch tensors share the host slots'
+memory, so nothing is copied. GPU timing is in microbench.gpu_loops.
 """
-
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from microbench.buffers import BufferPool
-from microbench.collectives import Buffers
+from microbench.collectives import POISON, Buffers
 from microbench.errors import RunError
-
-GRAPH_ITERATIONS = 100  #: most iterations captured in one graph
-MIN_REPLAYS = 10  #: fewest replays (samples) a graph-timed size gets, for its percentiles
-
 
 def cuda_runtime(buffer_kind: str):
     """(module, device count) for the library that will hold device buffers: torch or cupy."""
@@ -127,8 +110,9 @@ def address_of(buf) -> int:
 class DevicePool:
     """Host slots for fill/verify and device slots the transport uses; see the module docstring."""
 
-    def __init__(self, host: BufferPool, kind: str, buffer_kind: str, torch_dtype=None):
+    def __init__(self, host: BufferPool, kind: str, buffer_kind: str, torch_dtype=None, staged: bool = False):
         self.host = host
+        self.staged_through_host = staged and kind == "cuda"
         self.slots = host.slots
         self.kind = kind  # "cpu" or "cuda"
         self.buffer_kind = buffer_kind  # "numpy", "torch", "cupy"
@@ -181,6 +165,11 @@ class DevicePool:
 
                 d.copy_(host_tensor(self._torch, h))
         self._sync()
+        if self.staged_through_host:
+            # the staged call must bring its input from the device, as an application's would: poison the host
+            # copy so that a call that forgets to (or a check that reads it) sees wrong data
+            for h, _ in staged_copies(self.slots[k], self.device_slots[k])[0]:
+                h[...] = POISON
 
     def pull(self, k: int) -> None:
         """Device slot k -> host slot k (untimed)."""
@@ -197,11 +186,9 @@ class DevicePool:
                 host_tensor(self._torch, h).copy_(d.cpu())
 
     def staged(self, k: int, call):
-        """``call`` on host slot k wrapped in the copies a host-only MPI needs: device send -> host before,
-        host receive -> device after, all inside the timed call (--stage-host)."""
-        slot, dev = self.slots[k], self.device_slots[k]
-        to_host = [(h, d) for h, d in ((slot.send, dev.send),) if h is not None]
-        to_device = [(h, d) for h, d in ((slot.recv, dev.recv),) if h is not None] or to_host
+        """``call`` on host slot k wrapped in the copies a host-only MPI needs (``staged_copies``), all inside
+        the timed call (--stage-host)."""
+        to_host, to_device = staged_copies(self.slots[k], self.device_slots[k])
         sync = self._sync
 
         if self.buffer_kind == "cupy":
@@ -244,6 +231,16 @@ class DevicePool:
         self.host.close()
 
 
+def staged_copies(host: Buffers, device: Buffers) -> tuple[list, list]:
+    """(device -> host copies before the call, host -> device copies after it), as (host, device) pairs.
+
+    The operation's input goes to the host and its output comes back: the send buffer, then the receive
+    buffer; in place the one (receive) buffer is both, and a send-only buffer (broadcast) comes back too."""
+    send = [(host.send, device.send)] if host.send is not None else []
+    recv = [(host.recv, device.recv)] if host.recv is not None else []
+    return send or recv, recv or send
+
+
 class DeviceFlush:
     """Writes a device buffer of ``nbytes`` (twice the L2) between iterations, untimed."""
 
@@ -259,142 +256,25 @@ class DeviceFlush:
         self.nbytes = nbytes
         self.address = address_of(self.buffer)
 
+    #: the C loop cannot write this buffer (it is device memory): see NativeLoop.run
+    host_memory = False
+
     def __call__(self, iteration: int = 0) -> None:
+        """Fill the buffer and wait for the fill: the barrier that follows must not let the timed call start
+        while the device is still writing (a device fill is asynchronous)."""
         if hasattr(self.buffer, "fill_"):
             self.buffer.fill_(iteration & 0xFF)
+            import torch
+
+            torch.cuda.synchronize()
         else:
+            import cupy
+
             self.buffer.fill(iteration & 0xFF)
+            cupy.cuda.runtime.deviceSynchronize()
 
     def close(self) -> None:
         self.buffer = None
-
-
-class CudaEventLoop:
-    """The Python loop timed with CUDA events on the current stream (torch, --device cuda)."""
-
-    kind = "python"
-    timer = "cuda_events"
-
-    def __init__(self):
-        import torch
-
-        self.torch = torch
-
-    def prepare(self, calls):
-        return list(calls)
-
-    def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
-        if iters <= 0:
-            return np.empty(0, dtype=np.int64)
-        torch, n = self.torch, len(calls)
-        Event = torch.cuda.Event
-        torch.cuda.synchronize()
-        if barrier is None and flush is None:
-            events = [Event(enable_timing=True) for _ in range(iters + 1)]
-            events[0].record()
-            for i in range(iters):
-                calls[(start + i) % n]()
-                events[i + 1].record()
-            events[-1].synchronize()
-            ms = [events[i].elapsed_time(events[i + 1]) for i in range(iters)]
-        else:
-            pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]
-            for i in range(iters):
-                if flush is not None:
-                    flush(i)
-                if barrier is not None:
-                    barrier()  # synchronises the device first
-                pairs[i][0].record()
-                calls[(start + i) % n]()
-                pairs[i][1].record()
-            torch.cuda.synchronize()
-            ms = [a.elapsed_time(b) for a, b in pairs]
-        return np.round(np.asarray(ms) * 1e6).astype(np.int64)
-
-
-class _GraphCalls(list):
-    """The calls of one size, the graphs captured from them, and whether capture is allowed yet."""
-
-    def __init__(self, calls):
-        super().__init__(calls)
-        self.capture = False
-        self.graphs: dict[tuple[int, int], object] = {}
-
-
-class CudaGraphLoop(CudaEventLoop):
-    """The timed iterations replay captured CUDA graphs; the first call and warmup run eagerly.
-
-    Capture starts at ``begin_timed`` (the engine calls it before the timed iterations), so NCCL's
-    communicator setup and first-use work happen outside any graph. Lean loop: one graph of G consecutive
-    iterations (G = min(100, iterations / 10), at least 1) replayed ceil(iterations / G) times, each replay timed with an
-    event pair and giving one sample (its time / G). With --check, --sync barrier or --flush every iteration
-    is a replay of a one-call graph of its slot, timed on its own, so the data checked is what a replay made.
-    Graphs are captured once per (first slot, length) and reused.
-    """
-
-    timer = "cuda_graph"
-
-    def __init__(self):
-        super().__init__()
-        self.graph_iterations: int | None = None
-        self.replays = 0
-
-    def prepare(self, calls):
-        self.graph_iterations, self.replays = None, 0
-        return _GraphCalls(calls)
-
-    @staticmethod
-    def begin_timed(prepared) -> None:
-        prepared.capture = True
-
-    def _graph(self, prepared: _GraphCalls, first: int, length: int):
-        key = (first % len(prepared), length)
-        graph = prepared.graphs.get(key)
-        if graph is None:
-            torch = self.torch
-            graph = torch.cuda.CUDAGraph()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            torch.cuda.synchronize()
-            with torch.cuda.graph(graph, stream=stream):
-                for i in range(length):
-                    prepared[(first + i) % len(prepared)]()
-            torch.cuda.synchronize()
-            prepared.graphs[key] = graph
-        return graph
-
-    def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
-        if iters <= 0 or not getattr(calls, "capture", False):
-            return super().run(calls, iters, start, barrier, flush)
-        torch = self.torch
-        Event = torch.cuda.Event
-        if barrier is not None or flush is not None or iters == 1:
-            pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(iters)]
-            for i in range(iters):
-                graph = self._graph(calls, start + i, 1)
-                if flush is not None:
-                    flush(i)
-                if barrier is not None:
-                    barrier()
-                pairs[i][0].record()
-                graph.replay()
-                pairs[i][1].record()
-            torch.cuda.synchronize()
-            self.graph_iterations, self.replays = 1, self.replays + iters
-            return np.round([a.elapsed_time(b) * 1e6 for a, b in pairs]).astype(np.int64)
-        g_iters = max(1, min(GRAPH_ITERATIONS, iters // MIN_REPLAYS))
-        replays = math.ceil(iters / g_iters)
-        graph = self._graph(calls, start, g_iters)
-        pairs = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(replays)]
-        torch.cuda.synchronize()
-        for a, b in pairs:
-            a.record()
-            graph.replay()
-            b.record()
-        torch.cuda.synchronize()
-        self.graph_iterations, self.replays = g_iters, replays
-        # one sample per replay: the replay's time divided by the iterations it holds
-        return np.round([a.elapsed_time(b) * 1e6 / g_iters for a, b in pairs]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -407,3 +287,28 @@ class DeviceChoice:
     name: str | None
     count: int
     l2_bytes: int | None
+    #: the GPU's identity (its UUID), so ranks that share a physical GPU can be counted
+    uuid: str | None = None
+    #: the GPU was made current before MPI_Init (UCX and Open MPI pick the NICs near it at init)
+    selected_before_mpi_init: bool | None = None
+
+
+def device_uuid(buffer_kind: str, index: int) -> str | None:
+    """The GPU's UUID from its properties (None where the library does not say)."""
+    try:
+        if buffer_kind == "cupy":
+            import cupy
+
+            raw = cupy.cuda.runtime.getDeviceProperties(index).get("uuid")
+            return raw.hex() if isinstance(raw, bytes) else (str(raw) if raw else None)
+        import torch
+
+        value = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        return str(value) if value else None
+    except Exception:  # noqa: BLE001 - informative only; the count-based guess is used instead
+        return None
+
+
+def ranks_sharing(identities: list[tuple[str, str]], mine: tuple[str, str]) -> int:
+    """How many ranks use the same physical GPU as this one: equal (host, GPU identity) pairs."""
+    return max(1, sum(1 for identity in identities if identity == mine))

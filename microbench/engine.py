@@ -1,17 +1,16 @@
-"""The measurement of one (benchmark, size): first call, warmup, timed iterations, check.
+"""The measurement of one (benchmark, size) on one rank: first call, warmup, timed iterations, check.
 
-Timing: ``time.perf_counter_ns`` (CLOCK_MONOTONIC). In the default lean loop one clock read separates
-consecutive iterations, so iteration i's time is t[i+1] - t[i] and nothing else runs between calls. With
-``--sync barrier`` (OMB's pattern) or ``--check``, untimed work runs between iterations and each
-iteration is timed by a read before and after the call. Warmup and timed iterations run back to back in
-one loop after one barrier (as OMB's loops), unless --check, --time-budget or a CUDA graph needs work
-between them.
+Slots are used in rotation without ever restarting: the first call (slot 0), then warmup, then the
+timed iterations each take the next slot. As OMB's loops, warmup and timed iterations run back to back
+in one loop after one barrier (the warmup's durations are dropped): a barrier between them would put its
+exit skew across ranks, and the call into the loop, into the first timed iteration (about 15 us at 8 B
+here). They run apart, with a barrier before the timed iterations, only where work must happen between
+them: ``--check`` (each iteration filled and verified), ``--time-budget`` (the count is agreed from the
+warmup) and loops that capture the timed iterations (CUDA graphs).
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -19,88 +18,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from microbench.collectives import Collective, Context
+from microbench.loops import TimedLoop
+from microbench.testhooks import NO_HOOKS, SizeHooks
 
-_STAMP_PREFILL = 1 << 40  #: stand-in stamps of the same int size as perf_counter_ns values
-LARGE_MESSAGE_BYTES = 8192  #: above this size the smaller "large" iteration counts apply (as OMB)
-
-#: (iterations, warmup) for small and large messages, OMB's defaults per benchmark family.
-DEFAULT_COUNTS = {
-    "latency": ((10000, 100), (1000, 10)),
-    "stream": ((100, 10), (20, 2)),
-    "collective": ((1000, 100), (100, 10)),
-}
-
-
-def default_counts(coll: Collective, size_bytes: int) -> tuple[int, int]:
-    """OMB's default (iterations, warmup) for this benchmark at this size."""
-    family = "collective"
-    if coll.point_to_point:
-        family = "latency" if coll.name == "latency" else "stream"
-    small, large = DEFAULT_COUNTS[family]
-    return large if size_bytes > LARGE_MESSAGE_BYTES else small
-
-
-def call_sequence(calls: Sequence, iters: int, start: int):
-    """(the one call, None) when iterations ``start..start+iters-1`` all use the same call, else (None, an
-    iterator over their calls) rotated here, before any clock read, so the timed loop skips nothing."""
-    ncalls = len(calls)
-    first = start % ncalls
-    if ncalls == 1 or iters == 1:
-        return calls[first], None
-    return None, itertools.islice(itertools.cycle(calls[first:] + calls[:first]), iters)
-
-
-class PythonLoop:
-    """The timed loop in Python: calls pre-bound callables, one clock read per iteration.
-
-    Interface shared with ``microbench.native.NativeLoop``: ``prepare(calls)`` once per size, then
-    ``run(prepared, iters, start, barrier, flush)`` returning each iteration's duration in ns.
-    """
-
-    kind = "python"
-
-    def prepare(self, calls: Sequence[Callable[[], None]]) -> list:
-        return list(calls)
-
-    def run(self, calls: list, iters: int, start: int = 0, barrier: Callable[[], None] | None = None,
-            flush=None) -> np.ndarray:
-        """Run ``iters`` iterations (iteration i uses ``calls[(start + i) % len(calls)]``); durations in ns.
-
-        ``barrier`` (a callable) runs before each iteration and ``flush(i)`` writes the cache-flush
-        buffer before each iteration, both outside the timed region.
-        """
-        if iters <= 0:
-            return np.empty(0, dtype=np.int64)
-        clock = time.perf_counter_ns
-        ncalls = len(calls)
-        if barrier is None and flush is None:
-            # One int object per stamp, allocated here: each stamp the loop stores then frees one of these
-            # and the next clock read reuses its memory, so the timed loop touches no fresh page (a list of
-            # zeros would grow the allocator's arenas inside the loop: about 80 page faults per 10000).
-            stamps = list(range(_STAMP_PREFILL, _STAMP_PREFILL + iters + 1))
-            single, sequence = call_sequence(calls, iters, start)
-            stamps[0] = clock()
-            if single is not None:
-                for i in range(1, iters + 1):
-                    single()
-                    stamps[i] = clock()
-            else:
-                for i, call in enumerate(sequence, 1):
-                    call()
-                    stamps[i] = clock()
-            return np.diff(np.asarray(stamps, dtype=np.int64))
-        out = np.empty(iters, dtype=np.int64)
-        out.fill(0)  # touch every page before timing
-        for i in range(iters):
-            call = calls[(start + i) % ncalls]
-            if flush is not None:
-                flush(i)
-            if barrier is not None:
-                barrier()
-            t0 = clock()
-            call()
-            out[i] = clock() - t0
-        return out
+MAX_BUDGET_ITERATIONS = 10_000_000  #: most iterations --time-budget chooses for one size
 
 
 @dataclass
@@ -124,114 +45,138 @@ class LoopSettings:
     sync_barrier: bool = False
     time_budget_s: float | None = None
     first_call: bool = True  #: time the first call on slot 0 before warmup
-    flush_before: object | None = None  #: a CacheFlush run once before warmup (cold cache)
-    flush_each: object | None = None  #: a CacheFlush run before every timed iteration (--flush)
+    flush_before: Callable[[], None] | None = None  #: run once before warmup (cold cache)
+    flush_each: Callable[[int], None] | None = None  #: run before every timed iteration (--flush)
 
 
-def _corrupt_hook(coll_name: str, size_bytes: int, rank: int) -> bool:
-    """Test-only: MICROBENCH_TEST_CORRUPT=rank:benchmark:size corrupts received data on that rank."""
-    spec = os.environ.get("MICROBENCH_TEST_CORRUPT")
-    if not spec:
-        return False
-    want_rank, want_coll, want_size = spec.split(":")
-    return int(want_rank) == rank and want_coll == coll_name and int(want_size) == size_bytes
+@dataclass
+class _Phase:
+    """The state measure() threads through its phases."""
+
+    coll: Collective
+    ctx: Context
+    slots: Sequence
+    prepared: object
+    loop: TimedLoop
+    settings: LoopSettings
+    sync: Callable[[], None] | None
+    push: Callable[[int], None]
+    pull: Callable[[int], None]
+    position: int = 0
+
+    def run(self, iters: int) -> np.ndarray:
+        """``iters`` iterations from the current slot on, with the size's barrier and flush."""
+        out = self.loop.run(self.prepared, iters, start=self.position % len(self.slots), barrier=self.sync,
+                            flush=self.settings.flush_each)
+        self.position += iters
+        return out
+
+
+def _no_copy(k: int) -> None:
+    return None
+
+
+def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop: TimedLoop, settings: LoopSettings,
+            barrier: Callable[[], None], agree_max: Callable[[float], float], timing: bool,
+            push: Callable[[int], None] | None = None, pull: Callable[[int], None] | None = None,
+            hooks: SizeHooks = NO_HOOKS) -> Measurement:
+    """Measure one size on this rank. ``calls[i]`` runs one iteration on ``slots[i]``.
+
+    ``agree_max`` returns the maximum of a value over all ranks (to agree on an iteration count under a
+    time budget); ``timing`` says whether this rank's samples count. ``slots`` are host buffers (filled and
+    verified here); with device buffers, ``push(k)`` copies slot k to the device and ``pull(k)`` back,
+    outside the timing.
+    """
+    push, pull = push or _no_copy, pull or _no_copy
+    for k, slot in enumerate(slots):
+        coll.fill(slot, ctx, 0)
+        push(k)
+    # A flush before an iteration is followed by a barrier: otherwise a rank whose flush takes longer
+    # makes its peers wait inside their timed call, and the "untimed" flush is timed after all.
+    sync = barrier if (settings.sync_barrier or settings.flush_each is not None) else None
+    phase = _Phase(coll, ctx, slots, loop.prepare(calls), loop, settings, sync, push, pull)
+    per_iteration = coll.per_iteration(ctx.window)
+
+    first_us = None
+    if settings.first_call:
+        barrier()
+        first_us = float(loop.run(phase.prepared, 1, start=0)[0]) / 1e3 / per_iteration
+        phase.position = 1
+    if settings.flush_before is not None:
+        settings.flush_before()
+
+    barrier()
+    if settings.time_budget_s is None and not settings.check and not loop.separate_warmup:
+        hooks.before_timed_loop()
+        durations = phase.run(settings.warmup + settings.iterations)[settings.warmup:]
+        iterations, warmup, errors = settings.iterations, settings.warmup, None
+    else:
+        durations, iterations, warmup, errors = _measure_apart(phase, barrier, agree_max, hooks)
+
+    samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
+    return Measurement(samples, first_us if timing else None, iterations, warmup, errors)
+
+
+def _measure_apart(phase: _Phase, barrier, agree_max, hooks: SizeHooks):
+    """Warmup, then (after a barrier) the timed iterations: (durations ns, iterations, warmup, errors)."""
+    settings = phase.settings
+    warm = phase.run(settings.warmup)
+    warmup, iterations = settings.warmup, settings.iterations
+    if settings.time_budget_s is not None:
+        extra = max(0, 3 - len(warm))  # the estimate needs a few iterations
+        if extra:
+            warm = np.concatenate([warm, phase.run(extra)])
+            warmup += extra
+        iterations = _budget_iterations(phase, warm, agree_max)
+    each = settings.check or phase.sync is not None  # the timed iterations run one at a time
+    phase.loop.begin_timed(phase.prepared, iterations, phase.position % len(phase.slots), each)
+    barrier()
+    hooks.before_timed_loop()
+    if settings.check:
+        durations, errors = _checked(phase, iterations, hooks.corrupt)
+    else:
+        durations, errors = phase.run(iterations), None
+    return durations, iterations, warmup, errors
+
+
+def _budget_iterations(phase: _Phase, warm: np.ndarray, agree_max) -> int:
+    """Iterations that fill ``--time-budget`` at the slowest rank's per-iteration time (warmup's mean)."""
+    per_iteration_s = float(np.mean(warm)) / 1e9
+    if phase.settings.check:  # a checked iteration also fills, copies and verifies its slot (untimed work)
+        k = phase.position % len(phase.slots)
+        t0 = time.perf_counter()
+        phase.coll.fill(phase.slots[k], phase.ctx, 0)
+        phase.push(k)
+        phase.pull(k)
+        phase.coll.verify(phase.slots[k], phase.ctx, 0)
+        per_iteration_s += time.perf_counter() - t0
+    estimate_s = agree_max(per_iteration_s)
+    return int(min(max(phase.settings.time_budget_s / max(estimate_s, 1e-9), 1), MAX_BUDGET_ITERATIONS))
+
+
+def _checked(phase: _Phase, iterations: int, corrupt: bool) -> tuple[np.ndarray, int]:
+    """Iterations each filled before and verified after its timed call: (durations ns, mismatches)."""
+    coll, ctx, slots = phase.coll, phase.ctx, phase.slots
+    errors = 0
+    durations = np.empty(iterations, dtype=np.int64)
+    for i in range(iterations):
+        k = phase.position % len(slots)
+        coll.fill(slots[k], ctx, i)
+        phase.push(k)
+        durations[i] = phase.run(1)[0]
+        phase.pull(k)
+        if corrupt:
+            _result_array(slots[k]).reshape(-1).view(np.uint8)[-1] ^= 0xFF
+        errors += coll.verify(slots[k], ctx, i)
+    return durations, errors
 
 
 def _result_array(b):
     return b.recv if b.recv is not None else b.send
 
 
-def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop, settings: LoopSettings,
-            barrier: Callable[[], None], agree_max: Callable[[float], float], size_bytes: int,
-            timing: bool, push: Callable[[int], None] | None = None,
-            pull: Callable[[int], None] | None = None) -> Measurement:
-    """Measure one size on this rank. ``calls[i]`` runs one iteration on ``slots[i]``.
-
-    Slots are used in rotation without ever restarting: the first call (slot 0), then warmup, then the
-    timed iterations each take the next slot. ``agree_max`` returns the maximum of a value over all
-    ranks (to agree on an iteration count under a time budget); ``timing`` says whether this rank's
-    samples count. ``slots`` are host buffers (filled and verified here); with device buffers,
-    ``push(k)`` copies slot k to the device and ``pull(k)`` back, outside the timing.
-    """
-    push = push or (lambda k: None)
-    pull = pull or (lambda k: None)
-    for k, slot in enumerate(slots):
-        coll.fill(slot, ctx, 0)
-        push(k)
-    per_iteration = coll.per_iteration(ctx.window)
-    calls = loop.prepare(calls)
-    nslots = len(slots)
-    flush_each = settings.flush_each
-    # A flush before an iteration is followed by a barrier: otherwise a rank whose flush takes longer
-    # makes its peers wait inside their timed call, and the "untimed" flush is timed after all.
-    sync = barrier if (settings.sync_barrier or flush_each is not None) else None
-
-    first_us = None
-    position = 0
-    if settings.first_call:
-        barrier()
-        first_us = float(loop.run(calls, 1, start=0)[0]) / 1e3 / per_iteration
-        position = 1
-    if settings.flush_before is not None:
-        settings.flush_before()
-
-    warmup = settings.warmup
-    iterations = settings.iterations
-    begin_timed = getattr(loop, "begin_timed", None)  # CUDA graphs: capture only from here on
-    errors = None
-    barrier()
-    if settings.time_budget_s is None and begin_timed is None and not settings.check:
-        # As OMB and a C loop do: one barrier, then warmup and timed iterations back to back in one loop
-        # (the warmup's durations are dropped). A barrier between them would put its exit skew across
-        # ranks, and the call into the loop, into the first timed iteration (about 15 us at 8 B here).
-        durations = loop.run(calls, warmup + iterations, start=position, barrier=sync, flush=flush_each)[warmup:]
-    else:
-        warm = loop.run(calls, warmup, start=position, barrier=sync, flush=flush_each)
-        position += warmup
-        if settings.time_budget_s is not None:
-            extra = max(0, 3 - len(warm))
-            if extra:
-                warm = np.concatenate([warm, loop.run(calls, extra, start=position, barrier=sync, flush=flush_each)])
-                warmup += extra
-                position += extra
-            per_iteration_s = float(np.mean(warm)) / 1e9
-            if settings.check:  # a checked iteration also fills, copies and verifies its slot (untimed, but it takes time)
-                k = position % nslots
-                t0 = time.perf_counter()
-                coll.fill(slots[k], ctx, 0)
-                push(k)
-                pull(k)
-                coll.verify(slots[k], ctx, 0)
-                per_iteration_s += time.perf_counter() - t0
-            estimate_s = agree_max(per_iteration_s)
-            iterations = int(min(max(settings.time_budget_s / max(estimate_s, 1e-9), 1), 10_000_000))
-
-        if begin_timed is not None:
-            begin_timed(calls)
-        barrier()
-        if settings.check:
-            errors = 0
-            durations = np.empty(iterations, dtype=np.int64)
-            corrupt = _corrupt_hook(coll.name, size_bytes, ctx.rank)
-            for i in range(iterations):
-                k = (position + i) % nslots
-                coll.fill(slots[k], ctx, i)
-                push(k)
-                durations[i] = loop.run(calls, 1, start=k, barrier=sync, flush=flush_each)[0]
-                pull(k)
-                if corrupt:
-                    _result_array(slots[k]).reshape(-1).view(np.uint8)[-1] ^= 0xFF
-                errors += coll.verify(slots[k], ctx, i)
-        else:
-            durations = loop.run(calls, iterations, start=position % nslots, barrier=sync, flush=flush_each)
-
-    if len(durations) == 0:
-        durations = np.zeros(0, dtype=np.int64)
-    samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
-    return Measurement(samples, first_us if timing else None, iterations, warmup, errors)
-
-
-def time_fresh_calls(count: int, make_fresh, loop, barrier: Callable[[], None], per_iteration: float) -> list[float]:
+def time_fresh_calls(count: int, make_fresh, loop: TimedLoop, barrier: Callable[[], None],
+                     per_iteration: float) -> list[float]:
     """First-call latency (us) on ``count`` further fresh buffer sets.
 
     ``make_fresh()`` returns (calls, release): one call bound to buffers that were just allocated, written

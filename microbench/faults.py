@@ -127,19 +127,3 @@ def _several_ranks() -> bool:
 
     info = launch.discover()
     return info.under_launcher and info.size != 1
-
-
-def test_hooks(name: str, size: int, rank: int) -> None:
-    """Test-only faults at one (rank, benchmark, size): MICROBENCH_TEST_RAISE / _STALL / _KILL=rank:bench:size."""
-    for var in ("MICROBENCH_TEST_RAISE", "MICROBENCH_TEST_STALL", "MICROBENCH_TEST_KILL"):
-        spec = os.environ.get(var)
-        if not spec:
-            continue
-        want_rank, want_name, want_size = spec.split(":")
-        if int(want_rank) != rank or want_name != name or int(want_size) != size:
-            continue
-        if var == "MICROBENCH_TEST_RAISE":
-            raise RuntimeError(f"test hook: rank {rank} raises at {name} {size} B")
-        if var == "MICROBENCH_TEST_STALL":
-            time.sleep(3600)
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,25 +1,19 @@
-"""What a run measures: the options every rank must share, size plans, and the checks made before MPI.
+"""What a run measures: the options every rank must share, and the size plan of a benchmark at a size.
 
-``RunOptions`` is built from the command line on every rank (its digest is compared across ranks);
-``validate_for_ranks`` needs only the rank count, so the --np parent runs it before launching anything.
+``RunOptions`` is built from the command line on every rank (its digest is compared across ranks).
 """
 
 from __future__ import annotations
 
-import platform
 from dataclasses import asdict, dataclass
 
-from microbench import buffers
-from microbench.cache import last_level_cache_bytes, plan_pool
-from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, check_max_value, get_collective
+from microbench.cache import last_level_cache_bytes
+from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, get_collective
 from microbench.dtypes import OPS, DType, get_dtype
-from microbench.errors import RunError, UsageError
-from microbench.sizes import format_bytes, format_size, parse_size, parse_sizes
+from microbench.errors import UsageError
+from microbench.sizes import parse_size, parse_sizes
 
 import microbench
-
-_MEMORY_HEADROOM = 0.9  #: use at most this share of MemAvailable
-
 
 DEFAULT_SIZES = "1:1M"
 
@@ -63,6 +57,7 @@ class RunOptions:
     stage_host: bool = False  #: MPI without CUDA support: copy device buffers through the host (timed)
     cuda_graph: bool = False
     gpus_per_node: int | None = None
+    reduce_scatter_call: str = "block"  #: MPI: block (MPI_Reduce_scatter_block) or vector (MPI_Reduce_scatter)
 
     def sizes_for(self, benchmark: str) -> list[int]:
         """The sizes one benchmark sweeps (the workload's, with --sizes-from)."""
@@ -72,58 +67,16 @@ class RunOptions:
 
     @classmethod
     def from_args(cls, args) -> "RunOptions":
-        by_benchmark = None
-        if args.sizes_from:
-            if args.sizes:
-                raise UsageError("-m/--sizes and --sizes-from both choose the sizes; give one")
-            from microbench.workload import sizes_for_benchmarks
-
-            by_benchmark = sizes_for_benchmarks(args.sizes_from)
-            if not args.benchmarks:
-                args.benchmarks = [b for b in COLLECTIVES if b in by_benchmark]
-            missing = [b for b in args.benchmarks if b not in by_benchmark and b != "pairs"]
-            if missing:
-                raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")
-        names = args.benchmarks or list(DEFAULT_BENCHMARKS)
-        if names == ["all"]:
-            names = list(COLLECTIVES)
-        benchmarks, pairs = [], False
-        for name in names:
-            if name.lower() == "pairs":
-                pairs = True
-                continue
-            coll = get_collective(name)
-            if coll.name not in benchmarks:
-                benchmarks.append(coll.name)
+        """The options of ``microbench run``, checked (a UsageError names the first bad one)."""
+        by_benchmark = _workload_sizes(args)
+        benchmarks, pairs = _benchmark_names(args.benchmarks or list(DEFAULT_BENCHMARKS))
         sizes = sorted({x for v in by_benchmark.values() for x in v}) if by_benchmark else \
             parse_sizes(args.sizes or DEFAULT_SIZES)
         pair_sizes = (min(sizes), max(sizes)) if args.sizes else (8, 1 << 20)
         if args.serial and not pairs:
             raise UsageError("--serial applies to the pairwise link test (microbench run pairs)")
-        if args.dtype:
-            get_dtype(args.dtype)
-        if args.op not in OPS:
-            raise UsageError(f"unknown op {args.op!r}: choose from {', '.join(OPS)}")
-        for flag, value in (("--iterations", args.iterations), ("--window", args.window)):
-            if value is not None and value < 1:
-                raise UsageError(f"{flag} must be at least 1 (got {value})")
-        if args.warmup is not None and args.warmup < 0:
-            raise UsageError(f"--warmup must be 0 or more (got {args.warmup})")
-        if args.time_budget is not None and args.time_budget <= 0:
-            raise UsageError(f"--time-budget must be positive seconds (got {args.time_budget})")
-        if args.time_budget is not None and args.iterations is not None:
-            raise UsageError("--time-budget and --iterations both choose the iteration count; give one")
-        if args.in_place:
-            cannot = [b for b in benchmarks if not COLLECTIVES[b].in_place_ok]
-            if cannot:
-                raise UsageError(f"--in-place applies to allreduce, allgather and reduce_scatter, not {', '.join(cannot)}")
-        if args.root < 0:
-            raise UsageError(f"--root must be a rank (got {args.root})")
-        if args.first_call_samples < 1:
-            raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
+        _check_values(args, benchmarks)
         buffer = _resolve_buffer(args)
-        if args.timeout < 0:
-            raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
         cache_size = parse_size(args.cache_size) if args.cache_size else None
         max_memory = parse_size(args.max_memory)
         return cls(benchmarks=benchmarks, sizes=sizes, iterations=args.iterations, warmup=args.warmup,
@@ -135,11 +88,71 @@ class RunOptions:
                    pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
-                   gpus_per_node=args.gpus_per_node)
+                   gpus_per_node=args.gpus_per_node, reduce_scatter_call=args.reduce_scatter_call)
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
         return {**asdict(self), "microbench_version": microbench.__version__}
+
+
+def _workload_sizes(args) -> dict[str, list[int]] | None:
+    """--sizes-from: the workload's message sizes per benchmark (and its benchmarks, when none are named)."""
+    if not args.sizes_from:
+        return None
+    if args.sizes:
+        raise UsageError("-m/--sizes and --sizes-from both choose the sizes; give one")
+    from microbench.workload import sizes_for_benchmarks
+
+    by_benchmark = sizes_for_benchmarks(args.sizes_from)
+    if not args.benchmarks:
+        args.benchmarks = [b for b in COLLECTIVES if b in by_benchmark]
+    missing = [b for b in args.benchmarks if b not in by_benchmark and b != "pairs"]
+    if missing:
+        raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")
+    return by_benchmark
+
+
+def _benchmark_names(names: list[str]) -> tuple[list[str], bool]:
+    """(canonical benchmark names in order, once each; whether the pairwise link test was named)."""
+    if names == ["all"]:
+        names = list(COLLECTIVES)
+    benchmarks, pairs = [], False
+    for name in names:
+        if name.lower() == "pairs":
+            pairs = True
+            continue
+        coll = get_collective(name)
+        if coll.name not in benchmarks:
+            benchmarks.append(coll.name)
+    return benchmarks, pairs
+
+
+def _check_values(args, benchmarks: list[str]) -> None:
+    """Ranges and combinations of the numeric and per-benchmark options."""
+    if args.dtype:
+        get_dtype(args.dtype)
+    if args.op not in OPS:
+        raise UsageError(f"unknown op {args.op!r}: choose from {', '.join(OPS)}")
+    for flag, value in (("--iterations", args.iterations), ("--window", args.window)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1 (got {value})")
+    if args.warmup is not None and args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more (got {args.warmup})")
+    if args.time_budget is not None and args.time_budget <= 0:
+        raise UsageError(f"--time-budget must be positive seconds (got {args.time_budget})")
+    if args.time_budget is not None and args.iterations is not None:
+        raise UsageError("--time-budget and --iterations both choose the iteration count; give one")
+    if args.in_place:
+        cannot = [b for b in benchmarks if not COLLECTIVES[b].in_place_ok]
+        if cannot:
+            can = [c.name for c in COLLECTIVES.values() if c.in_place_ok]
+            raise UsageError(f"--in-place applies to {', '.join(can[:-1])} and {can[-1]}, not {', '.join(cannot)}")
+    if args.root < 0:
+        raise UsageError(f"--root must be a rank (got {args.root})")
+    if args.first_call_samples < 1:
+        raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
+    if args.timeout < 0:
+        raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
 
 
 def _resolve_buffer(args) -> str:
@@ -151,6 +164,9 @@ def _resolve_buffer(args) -> str:
             raise UsageError("--backend torch moves torch tensors; --buffer applies to the MPI backend")
         if args.stage_host:
             raise UsageError("--stage-host applies to the MPI backend with device buffers")
+        if args.reduce_scatter_call != "block":
+            raise UsageError("--reduce-scatter-call vector is MPI_Reduce_scatter; torch.distributed has only the "
+                             "block form (reduce_scatter_tensor)")
         buffer = "torch"
     else:
         if args.torch_backend != "auto":
@@ -199,84 +215,18 @@ def dtype_for(opts: RunOptions, coll: Collective) -> DType:
     return get_dtype(opts.dtype or coll.default_dtype)
 
 
-def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
-    """Checks that need the rank count (no MPI needed): ranks, root, exact --check values, memory."""
-    for name in opts.benchmarks:
-        coll = COLLECTIVES[name]
-        if nranks < coll.min_ranks:
-            raise UsageError(f"{name} needs at least {coll.min_ranks} ranks (this run has {nranks}); "
-                             f"start it with --np {coll.min_ranks} or under mpiexec/srun")
-        if coll.rooted and opts.root >= nranks:
-            raise UsageError(f"--root {opts.root} is not a rank of this {nranks}-rank run")
-        dtype = dtype_for(opts, coll)
-        if opts.check and check_max_value(coll, opts.op, nranks) > dtype.exact_int_limit:
-            raise UsageError(f"--check of {name} with {dtype.name} {opts.op} cannot be exact at {nranks} ranks; "
-                             f"use a wider --dtype")
-    if opts.pairs and nranks < 2:
-        raise UsageError(f"pairs needs at least 2 ranks (this run has {nranks}); start it with --np 2 or more")
-    if (opts.cache != "warm" or opts.flush) and not cache_bytes_for(opts):
-        raise UsageError("cannot detect the last-level cache size here; give it with --cache-size (e.g. 32M)")
-    check_memory(opts, nranks, local_ranks)
-
-
 def cache_bytes_for(opts: RunOptions) -> int | None:
     """The cache size cold mode and --flush work against: --cache-size, else the detected LLC."""
     return opts.cache_size or last_level_cache_bytes()
 
 
-def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan) -> int:
-    """Bytes of buffers one rank maps for one size (the cold pool and flush buffer included)."""
-    item = dtype_for(opts, coll).itemsize
-    single = (plan.send_count + plan.recv_count) * item
-    cache = cache_bytes_for(opts) or 0
-    need = single
-    if opts.cache in ("cold", "both"):
-        pool = plan_pool(plan.send_count * item, plan.recv_count * item, cache, 10**9, opts.max_memory)
-        need = max(need, pool.pool_bytes)
-    if opts.cache in ("cold", "both") or opts.flush:
-        need += 2 * cache
-    return need
+def counts_for(opts: RunOptions, coll: Collective, size_bytes: int) -> tuple[int, int]:
+    """(iterations, warmup) at one size: -i/-x where given, else the benchmark's OMB defaults."""
+    iterations, warmup = coll.counts.at(size_bytes)
+    return (iterations if opts.iterations is None else opts.iterations,
+            warmup if opts.warmup is None else opts.warmup)
 
 
-def check_memory(opts: RunOptions, nranks: int, local_ranks: int) -> None:
-    """Fail when the largest buffers of the sweep cannot fit in this host's available memory."""
-    avail = buffers.mem_available_bytes()
-    if avail is None:
-        return
-    worst = None
-    sweeps = [(COLLECTIVES[name], opts.sizes_for(name)) for name in opts.benchmarks]
-    if opts.pairs:
-        sweeps.append((COLLECTIVES["bw"], [opts.pair_sizes[1]]))
-    for coll, sizes in sweeps:
-        name = coll.name if coll.name in opts.benchmarks else "pairs"
-        for size in sizes:
-            plan = plan_size(coll, size, nranks, dtype_for(opts, coll), opts.in_place)
-            if plan is not None:
-                need = buffer_bytes_per_rank(opts, coll, plan)
-                if worst is None or need > worst[0]:
-                    worst = (need, name, size)
-    if worst is None:
-        return
-    need, name, size = worst
-    host_need = need * local_ranks
-    if host_need > avail * _MEMORY_HEADROOM:
-        raise RunError(
-            f"{name} at {format_size(size)} needs {format_bytes(host_need)} on host {platform.node()} "
-            f"({local_ranks} ranks x {format_bytes(need)} of buffers) but {format_bytes(avail)} is "
-            f"available; lower the largest size (-m)")
-
-
-def preflight_local(opts: RunOptions) -> None:
-    """Checks the --np parent can make on this host before it starts any rank (the ranks check again).
-
-    Same order as the ranks (Session.setup_transport: device, then transport), so that a run refused
-    here and one refused under a launcher give the same error.
-    """
-    if opts.device == "cuda":
-        from microbench.device import cuda_runtime
-
-        cuda_runtime(opts.buffer if opts.backend == "mpi" else "torch")
-    if opts.backend == "torch":
-        from microbench.backends.torch_dist import resolve_backend
-
-        resolve_backend(opts.torch_backend, opts.device)
+def cache_passes(opts: RunOptions) -> list[str]:
+    """The cache modes each size is measured in, in order (the first call is timed in the first)."""
+    return ["warm", "cold"] if opts.cache == "both" else [opts.cache]

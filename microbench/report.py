@@ -7,7 +7,6 @@ import shutil
 import sys
 from typing import TextIO
 
-from microbench.sizes import format_size
 
 COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "AlgBW(GB/s)", "BusBW(GB/s)", "Check")
 _WIDTHS = (12, 11, 11, 11, 11, 11, 13, 13, 7)
@@ -72,6 +71,7 @@ class Progress:
         self.stream = stream or sys.stdout
         self.enabled = progress_wanted(self.stream) if enabled is None else enabled
         self._bar = None
+        self._started = False
         if self.enabled and total > 0:
             from tqdm import tqdm
 
@@ -84,6 +84,13 @@ class Progress:
         """Say what is being measured now (before it starts)."""
         if self._bar is not None:
             self._bar.set_description_str(what, refresh=True)
+
+    def next(self, what: str) -> None:
+        """The previous step (if any) finished; ``what`` starts now."""
+        if self._started:
+            self.done()
+        self._started = True
+        self.step(what)
 
     def done(self) -> None:
         """One size finished."""
@@ -153,14 +160,6 @@ class Table:
                 self._print(f"# run {status}: {rec.get('reason', '')}")
 
 
-def describe_counts(iterations: tuple[int, int], warmup: tuple[int, int], fixed: bool) -> str:
-    """'iterations 1000 / 100 above 8K, warmup 100 / 10' style summary."""
-    if fixed:
-        return f"iterations {iterations[0]}, warmup {warmup[0]}"
-    return (f"iterations {iterations[0]} (up to {format_size(8192)}) / {iterations[1]} (above), "
-            f"warmup {warmup[0]} / {warmup[1]}")
-
-
 def format_pairs(rec: dict) -> list[str]:
     """The pairwise test's matrix: '#' header lines, one row per participant, then the outliers."""
     labels, matrix, unit = rec["labels"], rec["matrix"], rec["matrix_unit"]
@@ -183,3 +182,45 @@ def format_pairs(rec: dict) -> list[str]:
         lines.append(f"# no outliers (median {med:.3f} {unit}, limit z {rule['z_limit']})" if med is not None
                      else "# too few pairs to judge outliers")
     return lines
+
+
+def section_lines(coll, dtype, opts, transport, nranks: int, nhosts: int, in_place: bool) -> list[str]:
+    """The '#' lines above a benchmark's table: what runs, on what, how it is timed, how figures are made."""
+    from microbench.collectives import LARGE_MESSAGE_BYTES
+    from microbench.options import counts_for
+    from microbench.sizes import format_bytes
+
+    call = transport.python_backend.call_name(coll.primitive)
+    what = [f"backend {opts.backend} ({transport.describe()}{', ' + call if call else ''})",
+            f"{nranks} ranks on {nhosts} host(s)", f"dtype {dtype.name}"]
+    if transport.device.kind == "cuda":
+        what.append(f"{opts.buffer} buffers on {transport.device.name}"
+                    + (" staged through the host" if transport.staged else ""))
+    if coll.reduces:
+        what.append(f"op {opts.op}")
+    if coll.in_place_ok:
+        forced = in_place and not opts.in_place
+        what.append("in-place" + (" (the torch API has no out-of-place form)" if forced else "")
+                    if in_place else "out-of-place")
+    if coll.rooted:
+        what.append(f"root {opts.root}")
+    if coll.point_to_point:
+        pairs = nranks // 2
+        what.append(f"{pairs} pair(s): rank i with i+{pairs}")
+        if coll.windowed:
+            what.append(f"window {opts.window}")
+    small, large = counts_for(opts, coll, 1), counts_for(opts, coll, LARGE_MESSAGE_BYTES + 1)
+    if opts.time_budget:
+        counts = f"iterations chosen for {opts.time_budget:g} s per size, warmup {small[1]} / {large[1]}"
+    elif opts.iterations is not None:
+        counts = f"iterations {opts.iterations}, warmup {small[1]} / {large[1]} (sizes above 8K)"
+    else:
+        counts = f"iterations {small[0]} / {large[0]} and warmup {small[1]} / {large[1]} (up to 8K / above)"
+    cache = f"cache {opts.cache}"
+    if opts.cache != "warm" or opts.flush:
+        flush = ", flush before each iteration" if opts.flush else ""
+        cache += f" (against {format_bytes(transport.cache_bytes)}{flush})"
+    return [", ".join(what),
+            f"loop {transport.loop.label()}, {cache}, sync {opts.sync}, check {'on' if opts.check else 'off'}, {counts}",
+            "latency: avg/min/max across ranks of per-rank means; P50/P99 of all samples; "
+            f"algbw = S / avg, busbw = algbw x {coll.busbw_formula}"]

@@ -100,3 +100,28 @@ def summarize(samples_us: np.ndarray | None, reducer: Reducer) -> dict | None:
 def bandwidth_gbps(nbytes: float, latency_us: float) -> float:
     """Bytes per latency as GB/s (1 GB = 1e9 bytes); 0 when latency is 0."""
     return nbytes / (latency_us * 1e-6) / 1e9 if latency_us > 0 else 0.0
+
+
+def first_call_summary(values: list[float] | None, reducer) -> dict | None:
+    """Cross-rank first-call figures (us); call on every rank, result on rank 0.
+
+    ``values`` holds this rank's first call on each fresh buffer set (None on ranks that do not time).
+    avg/min/max are over ranks of each rank's very first call (``per_rank`` lists them up to 256 ranks);
+    with several fresh sets, ``max_across_ranks`` gives each set's slowest rank and their spread."""
+    gathered = reducer.gather(values)
+    if reducer.rank != 0:
+        return None
+    per_rank = {r: v for r, v in enumerate(gathered) if v is not None}
+    if not per_rank:
+        return None
+    firsts = [v[0] for v in per_rank.values()]
+    out = {"max": max(firsts), "min": min(firsts), "avg": sum(firsts) / len(firsts)}
+    if len(gathered) <= 256:
+        out["per_rank"] = {str(r): v[0] for r, v in per_rank.items()}
+    k = len(next(iter(per_rank.values())))
+    out["samples"] = k
+    if k > 1:
+        maxima = [max(v[j] for v in per_rank.values()) for j in range(k)]
+        out["max_across_ranks"] = {"values": maxima, "min": min(maxima), "p50": float(np.median(maxima)),
+                                   "max": max(maxima)}
+    return out

@@ -8,6 +8,8 @@ environment) carries the control traffic, and only ``--backend torch`` can be me
 
 from __future__ import annotations
 
+import platform
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -81,3 +83,35 @@ def require_mpi(world: World, what: str) -> None:
     if world.MPI is None:
         raise UsageError(f"{what} needs an MPI launcher (mpiexec, srun); torchrun starts torch.distributed "
                          f"ranks: use --backend torch there")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the ranks run: each rank's host, ranks per host, and library versions that differ."""
+
+    hosts_by_rank: list[str]
+    ranks_per_host: dict[str, int]
+    version_mismatch: list[str]  #: "name=version" of every library whose version differs from rank 0's
+
+    @property
+    def local_ranks(self) -> int:
+        """Ranks on this rank's host."""
+        return self.ranks_per_host[platform.node()]
+
+    def pairs_inter_node(self, nranks: int) -> int:
+        """Point-to-point pairs (rank i with i + n/2) whose two ranks sit on different hosts."""
+        half = nranks // 2
+        return sum(1 for i in range(half) if self.hosts_by_rank[i] != self.hosts_by_rank[i + half])
+
+
+def gather_layout(reducer, versions: dict[str, str], mpi_library: str) -> Layout:
+    """Collective: every rank's host and library versions, gathered and shared with every rank."""
+    gathered = reducer.gather((platform.node(), versions, mpi_library))
+    layout = None
+    if reducer.rank == 0:
+        hosts = [g[0] for g in gathered]
+        ref_versions, ref_mpi = gathered[0][1], gathered[0][2]
+        mismatched = sorted({f"{k}={v}" for _, vers, _ in gathered for k, v in vers.items() if v != ref_versions.get(k)}
+                            | {f"mpi={mpi}" for _, _, mpi in gathered if mpi != ref_mpi})
+        layout = Layout(hosts, dict(Counter(hosts)), mismatched)
+    return reducer.bcast(layout, root=0)

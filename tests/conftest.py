@@ -14,6 +14,26 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The test-only fault hooks (microbench/testhooks.py) act only with this set; the suite sets it for every
+# process it starts, and a test that checks the gate itself removes it.
+os.environ["MICROBENCH_TESTING"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_record_matches_the_schema(tmp_path_factory):
+    """After the whole session: every JSON Lines file any test wrote under pytest's temporary folders holds
+    records that conform to microbench/records/schema.json (files of other formats are left alone)."""
+    yield
+    from microbench.records.validate import file_problems  # needs jsonschema, from the test extra
+
+    base = tmp_path_factory.getbasetemp()
+    found = []
+    for path in sorted(base.rglob("*.jsonl")):
+        if path.name.startswith("foreign-"):  # inputs deliberately not in microbench's format
+            continue
+        found.extend(file_problems(path))
+    assert not found, "records that do not match the schema:\n" + "\n".join(found[:20])
+
 
 @dataclass
 class Completed:

@@ -113,3 +113,21 @@ def test_signal_mid_sweep_marks_the_run_incomplete(how, tmp_path):
 def test_timeout_must_not_be_negative():
     proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "--timeout", "-1", timeout=QUICK)
     assert proc.returncode == 2 and "--timeout must be 0 (off) or positive" in proc.stderr
+
+
+def test_a_leftover_hook_without_testing_is_ignored_with_a_warning(tmp_path):
+    # a MICROBENCH_TEST_* variable left in a shell must never fake a result
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "-i", "5", "-c", "--out", str(out),
+                      env={"MICROBENCH_TEST_CORRUPT": "1:allreduce:8", "MICROBENCH_TESTING": ""}, timeout=QUICK)
+    assert proc.returncode == 0, proc.output
+    assert proc.stderr.count("MICROBENCH_TEST_CORRUPT ignored: test hooks act only with MICROBENCH_TESTING=1") == 1
+    assert [r["check"] for r in lines_are_whole_json(out) if r["type"] == "result"] == ["pass"]
+
+
+def test_a_malformed_hook_is_one_usage_error():
+    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", env={"MICROBENCH_TEST_KILL": "rank1"},
+                      timeout=QUICK)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "microbench: error: MICROBENCH_TEST_KILL='rank1': expected RANK:BENCHMARK:SIZE (e.g. 1:allreduce:32)"]

@@ -53,7 +53,7 @@ def test_svg_and_merged_runs(tmp_path, capsys):
 
 
 def test_unknown_benchmarks_are_skipped_with_a_note(tmp_path, capsys):
-    path = write_run(tmp_path / "r.jsonl", [result(size=8), result(size=64),
+    path = write_run(tmp_path / "foreign-r.jsonl", [result(size=8), result(size=64),
                                             {"type": "result", "benchmark": "linktest", "pairs": [[0, 1]],
                                              "latency_us": {}}])
     assert cli(path, "-o", tmp_path / "figs") == 0
@@ -64,7 +64,7 @@ def test_unknown_benchmarks_are_skipped_with_a_note(tmp_path, capsys):
 
 
 def test_nothing_drawable_is_a_usage_error(tmp_path, capsys):
-    path = write_run(tmp_path / "r.jsonl", [{"type": "result", "benchmark": "linktest"}])
+    path = write_run(tmp_path / "foreign-r.jsonl", [{"type": "result", "benchmark": "linktest"}])
     assert cli(path, "-o", tmp_path / "figs") == 2
     assert "nothing to plot" in capsys.readouterr().err
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_process
+from fixtures.gate import synth
 from microbench.cli import main
 from microbench.errors import UsageError
 from microbench.workload import sizes_for_benchmarks
@@ -98,13 +99,13 @@ def test_trace_through_the_cli(capsys):
 
 def synthetic_run(path):
     """A run whose allreduce, allgather, reduce_scatter, latency and broadcast latency is 1 us per KiB + 2 us."""
-    lines = [{"type": "run", "schema": 1, "run_id": "s"}]
+    lines = [synth.run_line("s", ranks=8)]
     for bench in ("allreduce", "allgather", "reduce_scatter", "broadcast", "latency"):
         for k in range(0, 31, 2):
             size = 1 << k
-            lines.append({"type": "result", "run_id": "s", "benchmark": bench, "size_bytes": size, "ranks": 8,
-                          "cache": "warm", "latency_us": {"p50": 2 + size / 1024, "avg": 3 + size / 1024},
-                          "busbw_gbps": size / (2 + size / 1024) / 1e3})
+            lat = {"p50": 2 + size / 1024, "avg": 3 + size / 1024, "min": 3 + size / 1024, "max": 3 + size / 1024}
+            lines.append(synth.result(bench, size, ranks=8, run_id="s", latency_us=lat,
+                                      busbw_gbps=size / (2 + size / 1024) / 1e3))
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 

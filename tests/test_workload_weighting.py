@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from fixtures.gate import synth
 from microbench.records import read_results
 from microbench.workload.compute import compute_vs_communication
 from microbench.workload.distribution import Workload
@@ -19,19 +20,19 @@ from microbench.workload.weighting import choose_curve, curves_from_results, wei
 
 
 def result(bench, size, ranks, p50, cache="warm"):
-    return {"type": "result", "run_id": "r1", "benchmark": bench, "backend": "mpi", "size_bytes": size,
-            "ranks": ranks, "cache": cache, "latency_us": {"p50": p50, "avg": 2 * p50},
-            "busbw_gbps": size / p50 / 1e3}
+    return synth.result(bench, size, p50, ranks=ranks, run_id="r1", cache=cache,
+                        latency_us={"p50": p50, "avg": 2 * p50, "min": 2 * p50, "max": 2 * p50},
+                        busbw_gbps=size / p50 / 1e3)
 
 
 @pytest.fixture
 def records(tmp_path):
-    lines = [{"type": "run", "schema": 1, "run_id": "r1"}]
+    lines = [synth.run_line("r1", ranks=8)]
     lines += [result("allreduce", 1024 * 4 ** i, 8, 10 * 2 ** i) for i in range(4)]   # 10, 20, 40, 80 us
     lines += [result("allreduce", 1024, 8, 10), result("allreduce", 1024, 8, 40)]     # median of 10, 10, 40: 10
     lines.append(result("allreduce", 4096, 8, 9999, cache="cold"))                     # left out
     lines += [result("latency", 1024, 2, 5), result("latency", 2048, 2, 10)]
-    lines.append({"type": "end", "run_id": "r1", "status": "complete"})
+    lines.append({"type": "end", "run_id": "r1", "status": "complete", "reason": "", "results": len(lines) - 1})
     path = tmp_path / "synthetic.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return read_results([path])

@@ -131,7 +131,7 @@ def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
         return None
     return (f"using the bundled MPI from the '{lib.bundled}' wheel ({lib.path}) while {'; '.join(reasons)}: "
             f"results describe that MPI, not your site's. Uninstall the wheel "
-            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see README 'On a cluster'.")
+            f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see docs/cluster.md.")
 
 
 class MPIReducer:
@@ -178,11 +178,30 @@ class MPIBackend:
     """
 
     name = "mpi"
+    #: primitives whose API has no out-of-place form (none in MPI)
+    in_place_only: tuple[str, ...] = ()
+    #: an in-place reduce_scatter leaves the result in the first block (MPI_Reduce_scatter_block)
+    in_place_result_at_rank = False
 
-    def __init__(self, comm, MPI):
+    #: the MPI function each primitive calls (reduce_scatter: see ``reduce_scatter_call``)
+    CALLS = {"allreduce": "MPI_Allreduce", "reduce": "MPI_Reduce", "allgather": "MPI_Allgather",
+             "broadcast": "MPI_Bcast", "alltoall": "MPI_Alltoall", "pingpong": "MPI_Send/MPI_Recv",
+             "stream": "MPI_Isend/MPI_Irecv", "reduce_scatter": "MPI_Reduce_scatter_block"}
+    #: --reduce-scatter-call: block (MPI_Reduce_scatter_block, as nccl-tests and torch) or vector
+    #: (MPI_Reduce_scatter with n equal receive counts, as OMB's osu_reduce_scatter)
+    REDUCE_SCATTER_CALLS = {"block": "MPI_Reduce_scatter_block", "vector": "MPI_Reduce_scatter"}
+
+    def __init__(self, comm, MPI, reduce_scatter_call: str = "block"):
         self.comm, self.MPI = comm, MPI
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self.reduce_scatter_call = reduce_scatter_call
+
+    def call_name(self, primitive: str) -> str | None:
+        """The MPI function a primitive's iteration calls (recorded as ``mpi_call``)."""
+        if primitive == "reduce_scatter":
+            return self.REDUCE_SCATTER_CALLS[self.reduce_scatter_call]
+        return self.CALLS.get(primitive)
 
     def mpi_type(self, arr):
         return self.MPI._typedict[_numpy_dtype(arr).char]
@@ -227,12 +246,19 @@ class MPIBackend:
         return functools.partial(self.comm.Allgather, s, self._spec(recv, block))
 
     def reduce_scatter(self, send, recv, op):
+        block = _elements(recv) // self.size if send is None else _elements(recv)
+        if self.reduce_scatter_call == "vector":
+            # MPI_Reduce_scatter with n equal receive counts; in place the input sits in recv and each
+            # rank's result lands in its first block, as with the block form
+            s = self.MPI.IN_PLACE if send is None else self._spec(send)
+            return functools.partial(self.comm.Reduce_scatter, s, self._spec(recv), [block] * self.size,
+                                     self.ops[op])
         if send is None:
             # In place: the whole input sits in recv; each rank's result lands in its first block.
             return functools.partial(self.comm.Reduce_scatter_block, self.MPI.IN_PLACE,
-                                     self._spec(recv, _elements(recv) // self.size), self.ops[op])
+                                     self._spec(recv, block), self.ops[op])
         # mpi4py reads an explicit count in a reduce_scatter_block spec as the per-rank block
-        return functools.partial(self.comm.Reduce_scatter_block, self._spec(send, _elements(recv)), self._spec(recv),
+        return functools.partial(self.comm.Reduce_scatter_block, self._spec(send, block), self._spec(recv),
                                  self.ops[op])
 
     def broadcast(self, buf, root):
@@ -312,6 +338,9 @@ class NativeMPIBackend(MPIBackend):
 
     def reduce_scatter(self, send, recv, op):
         block = _elements(recv) // self.size if send is None else _elements(recv)
+        if self.reduce_scatter_call == "vector":
+            return self._call("reduce_scatter_v", recv, op=self.ops[op], send=send, recv=recv, count=block,
+                              counts=np.full(self.size, block, dtype=np.intc))
         return self._call("reduce_scatter", recv, op=self.ops[op], send=send, recv=recv, count=block)
 
     def broadcast(self, buf, root):

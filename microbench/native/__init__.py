@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,13 +27,21 @@ from pathlib import Path
 
 import numpy as np
 
-from microbench.engine import PythonLoop, call_sequence
+from microbench.loops import LoopBase, PythonLoop, call_sequence
 
 SOURCE = Path(__file__).with_name("mbloop.c")
 SHIM_SOURCE = Path(__file__).with_name("mbcall.c")
 
-KINDS = {"nothing": 0, "allreduce": 1, "allgather": 2, "reduce_scatter": 3, "bcast": 4, "reduce": 5,
-         "alltoall": 6, "pingpong": 7, "stream": 8, "bistream": 9}
+
+
+def _call_kinds(source: Path) -> dict[str, int]:
+    """mbloop.c's call kinds (its ``MB_NAME = value`` enum), by lower-case name: the C file is their one
+    definition, so a new kind is added there alone."""
+    block = re.search(r"enum\s*{(.*?)}", source.read_text(), re.S).group(1)
+    return {name.lower(): int(value) for name, value in re.findall(r"MB_(\w+)\s*=\s*(\d+)", block)}
+
+
+KINDS = _call_kinds(SOURCE)
 
 
 class NativeUnavailable(Exception):
@@ -47,6 +56,7 @@ class MbCall(ctypes.Structure):
         ("initiator", ctypes.c_int), ("window", ctypes.c_int),
         ("sbuf", ctypes.c_void_p), ("rbuf", ctypes.c_void_p), ("ack", ctypes.c_void_p),
         ("comm_addr", ctypes.c_void_p), ("dtype_addr", ctypes.c_void_p), ("op_addr", ctypes.c_void_p),
+        ("counts", ctypes.c_void_p),
     ]
 
 
@@ -209,16 +219,20 @@ class NativeCall:
     """One iteration's arguments for the C loop, with the Python objects they point into kept alive."""
 
     def __init__(self, kind: str, comm, dtype, op=None, send=None, recv=None, ack=None, count: int = 0,
-                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None):
+                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None,
+                 counts: np.ndarray | None = None):
         if count > 2**31 - 1:
             raise NativeUnavailable("element count above 2^31-1")
         from microbench.device import address_of
 
-        self.keep = (comm, dtype, op, send, recv, ack)
+        if counts is not None:
+            counts = np.ascontiguousarray(counts, dtype=np.intc)
+        self.keep = (comm, dtype, op, send, recv, ack, counts)
         self.struct = MbCall(
             KINDS[kind], count, peer, root, int(initiator), window,
             address_of(send) or None, address_of(recv) or None, address_of(ack) or None,
             MPI._addressof(comm), MPI._addressof(dtype), MPI._addressof(op) if op is not None else None,
+            counts.ctypes.data if counts is not None else None,
         )
 
 
@@ -243,8 +257,8 @@ def calibrated_timer(calibrate) -> tuple[float, str]:
     return ns_per_tick, "tsc" if ns_per_tick > 0 else "host"
 
 
-class NativeLoop:
-    """The timed loop in C; same interface and semantics as engine.PythonLoop.
+class NativeLoop(LoopBase):
+    """The timed loop in C; same interface and semantics as loops.PythonLoop.
 
     ``timer`` is "tsc" when the lean loop reads the invariant TSC (converted to ns with a rate measured
     against CLOCK_MONOTONIC over 20 ms at start; ``MICROBENCH_TIMER=clock`` turns it off), else "host".
@@ -263,18 +277,29 @@ class NativeLoop:
         return (array, len(calls), calls)
 
     def run(self, prepared, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        """``iters`` iterations in C. A host flush buffer is written by the C loop itself; a flush the C loop
+        cannot write (device memory, ``host_memory`` false) runs from Python before each iteration, which then
+        runs alone in C after its barrier."""
         out = np.empty(max(iters, 0), dtype=np.int64)
         out.fill(0)  # the loop writes one duration per iteration: no page of this may fault in the timed loop
         if iters <= 0:
             return out
+        self.last_timer = self.timer if barrier is None and flush is None else "host"
+        if flush is not None and not flush.host_memory:
+            for i in range(iters):
+                flush(i)
+                self._run_c(prepared, 1, start + i, True, None, out[i:i + 1])
+            return out
+        self._run_c(prepared, iters, start, barrier is not None, flush, out)
+        return out
+
+    def _run_c(self, prepared, iters: int, start: int, barrier: bool, flush, out: np.ndarray) -> None:
         array, ncalls, _ = prepared
         flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
-        self.last_timer = self.timer if barrier is None and flush is None else "host"
-        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier is not None else 0, flush_ptr, flush_bytes,
+        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier else 0, flush_ptr, flush_bytes,
                              out.ctypes.data)
         if rc != 0:
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
-        return out
 
 
 class _BoundCalls(list):

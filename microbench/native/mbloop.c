@@ -32,6 +32,7 @@ enum {
     MB_PINGPONG = 7,
     MB_STREAM = 8,
     MB_BISTREAM = 9,
+    MB_REDUCE_SCATTER_V = 10,
 };
 
 #define MB_TAG_DATA 1
@@ -50,6 +51,7 @@ typedef struct {
     const void *comm_addr;   /* address of an MPI_Comm (mpi4py's _addressof) */
     const void *dtype_addr;  /* address of an MPI_Datatype */
     const void *op_addr;     /* address of an MPI_Op */
+    const int *counts;       /* MB_REDUCE_SCATTER_V: the n receive counts of MPI_Reduce_scatter */
 } mb_call;
 
 static inline int64_t mb_now(void) {
@@ -117,6 +119,8 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
         return MPI_Allgather(s, c->count, dt, c->rbuf, c->count, dt, comm);
     case MB_REDUCE_SCATTER:
         return MPI_Reduce_scatter_block(s, c->rbuf, c->count, dt, op, comm);
+    case MB_REDUCE_SCATTER_V:
+        return MPI_Reduce_scatter(s, c->rbuf, c->counts, dt, op, comm);
     case MB_BCAST:
         return MPI_Bcast(c->sbuf, c->count, dt, c->root, comm);
     case MB_REDUCE:

@@ -2,10 +2,11 @@
 
 Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
 reduce, alltoall, bibw; 'all' runs every one. 'pairs' is the pairwise link test: latency and bandwidth
-between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. Under mpiexec, srun or torchrun the ranks the launcher
-started are used; alone, --np N starts N local ranks with the mpiexec of the installed MPI.
+between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. Under mpiexec,
+srun or torchrun the ranks the launcher started are used; alone, --np N starts N local ranks with the
+mpiexec of the installed MPI.
 
-Sizes are bytes per rank as the README defines them (allgather/alltoall: each rank's block;
+Sizes are bytes per rank as docs/definitions.md defines them (allgather/alltoall: each rank's block;
 reduce_scatter: each rank's input). Latency is in microseconds, bandwidth in GB/s (1e9 B/s):
 algbw = S / avg latency and busbw = algbw x factor, as nccl-tests defines S and the factor.
 """
@@ -87,6 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch on CUDA: replay the timed iterations from a captured CUDA graph")
     g.add_argument("--gpus-per-node", type=int, metavar="N",
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
+    g.add_argument("--reduce-scatter-call", choices=("block", "vector"), default="block",
+                   help="MPI backend: block is MPI_Reduce_scatter_block (as nccl-tests and torch; default), vector is "
+                        "MPI_Reduce_scatter with n equal counts (as OMB's osu_reduce_scatter); recorded as mpi_call")
     g.add_argument("--loop", choices=("auto", "native", "python", "mpi4py"), default="auto",
                    help="timed loop for MPI: native (C, built with the MPI's mpicc at first use and cached); "
                         "python (the loop in Python, each iteration one call into microbench's C call shim, "
@@ -104,9 +108,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")
     g.add_argument("--samples", metavar="FILE",
                    help="also write every rank's raw per-iteration latencies (JSON Lines, gathered to rank 0)")
-
-
-def main(args) -> int:
-    from microbench import runner
-
-    return runner.run(args, args._argv)

@@ -1,0 +1,30 @@
+"""Result records: JSON Lines, one object a line, built in ``build``, written by ``writer``, read by ``reader``.
+
+A file holds one or more runs, appended. Each run is:
+
+- one ``{"type": "run", ...}`` line: schema version, run id, command line, UTC time, hosts, ranks per
+  host, library versions, conditions and options;
+- one ``{"type": "result", ...}`` line per measured (benchmark, size, configuration), written and
+  flushed to disk as soon as the size is done, in a single ``write`` so a killed job leaves no partial line;
+- one ``{"type": "end", "status": "complete" | "incomplete" | "failed", ...}`` line when the run stops.
+
+``--samples`` writes ``{"type": "samples", ...}`` lines (every rank's raw latencies) to a file of its own.
+The JSON Schema of all four is ``schema.json`` here (``schema_path()``); docs/records.md describes every
+field. Readers skip fields they do not know and refuse schema versions newer than ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from microbench.records.build import SCHEMA_VERSION
+from microbench.records.reader import Run, read_results, read_runs
+from microbench.records.writer import CSV_COLUMNS, AppendFile, Output, flatten
+
+__all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AppendFile", "Output", "Run", "flatten", "read_results", "read_runs",
+           "schema_path"]
+
+
+def schema_path() -> Path:
+    """The JSON Schema (draft 2020-12) every record conforms to."""
+    return Path(__file__).with_name("schema.json")

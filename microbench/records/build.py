@@ -1,0 +1,179 @@
+"""Every record a run writes is built here: run, result, pairs result, samples and end records.
+
+Field by field they are described in docs/records.md and checked by the JSON Schema beside this module
+(``schema.json``). Builders take what the run path computed and lay it out; they compute nothing but
+the bandwidths, so a figure in a record has one place where its definition can be read.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import microbench
+from microbench import buffers, launch, metadata, stats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from microbench.cache import PoolPlan
+    from microbench.collectives import Collective
+    from microbench.dtypes import DType
+    from microbench.loops import TimedLoop
+    from microbench.options import RunOptions, SizePlan
+    from microbench.transport import Transport
+    from microbench.world import Layout
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoopFacts:
+    """What the records say about the loop that timed a size, read right after its timed iterations."""
+
+    kind: str
+    call_path: str
+    timer: str
+    graph: dict | None  #: CUDA graphs: iterations per replay, replays timed, graphs captured
+    launch: dict | None  #: eager CUDA events: host launch and device time per call, and whether launch-bound
+
+    @classmethod
+    def of(cls, loop: TimedLoop) -> "LoopFacts":
+        graph, launch = loop.graph, loop.launch
+        return cls(loop.kind, loop.call_path, loop.last_timer,
+                   {"iterations_per_replay": graph.iterations_per_replay, "replays": graph.replays,
+                    "graphs": graph.graphs} if graph else None,
+                   {"host_us_per_call": launch.host_us_per_call, "device_us_per_call": launch.device_us_per_call,
+                    "bound": launch.bound} if launch else None)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One cache pass of one size, summarised across ranks (on rank 0)."""
+
+    latency_us: dict
+    first_call_us: dict | None
+    check: str | None  #: "pass", "fail", or None when unchecked
+    iterations: int
+    warmup: int
+    huge_page_bytes: int
+    wall_s: float
+
+
+def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
+               transport: Transport) -> dict:
+    """The first line of a run: what ran where, on which libraries, under which conditions and options."""
+    device = transport.device
+    return {
+        "type": "run",
+        "schema": SCHEMA_VERSION,
+        "run_id": run_id,
+        "microbench_version": microbench.__version__,
+        "time_utc": metadata.utc_now(),
+        "command": shlex.join(["microbench", *argv]),
+        "backend": opts.backend,
+        "ranks": nranks,
+        "hosts": list(layout.ranks_per_host),
+        "ranks_per_host": layout.ranks_per_host,
+        "launcher": launch.discover().launcher,
+        "slurm": metadata.slurm_metadata(),
+        "mpi": {**transport.lib.as_record(), "thread_level": transport.thread_level} if transport.lib else None,
+        "torch": transport.torch_meta,
+        "device": {"kind": device.kind, "buffer": opts.buffer, "index": device.index, "name": device.name,
+                   "count": device.count, "l2_bytes": device.l2_bytes, "staged_through_host": transport.staged,
+                   "uuid": device.uuid, "selected_before_mpi_init": device.selected_before_mpi_init},
+        "versions": metadata.versions(),
+        "version_mismatch": layout.version_mismatch,
+        "conditions": {
+            "huge_pages": opts.huge_pages,
+            "thp": buffers.thp_mode(),
+            "page_size": buffers.page_size(),
+            "timer": transport.loop.describe_timer(),
+            "cpu": metadata.cpu_model(),
+            "cpus_per_rank": launch.cpu_count(),
+            "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
+            "cache_bytes": transport.cache_bytes,
+            "cache_bytes_from": transport.cache_bytes_from(opts),
+            "env": metadata.relevant_env(),
+        },
+        "options": asdict(opts),
+    }
+
+
+def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: int, dtype: DType, in_place: bool,
+                  opts: RunOptions, nranks: int, transport: Transport, layout: Layout, cache: str,
+                  pool: PoolPlan | None, loop: LoopFacts, figures: Figures) -> dict:
+    """One measured (benchmark, size, cache pass): latency statistics, bandwidths and the conditions."""
+    factor = coll.busbw_factor(nranks)
+    s_bytes = coll.algbw_bytes(plan.size_bytes, nranks)
+    algbw = stats.bandwidth_gbps(s_bytes, figures.latency_us["avg"])
+    item = dtype.itemsize
+    record: dict[str, Any] = {
+        "type": "result", "run_id": run_id, "benchmark": coll.name, "backend": opts.backend,
+        "size_bytes": plan.size_bytes, "send_bytes": plan.io_send_bytes, "recv_bytes": plan.io_recv_bytes,
+        "ranks": nranks, "dtype": dtype.name, "op": opts.op if coll.reduces else None,
+        "in_place": in_place if coll.in_place_ok else None,
+        "iterations": figures.iterations, "warmup": figures.warmup, "latency_us": figures.latency_us,
+        "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "algbw_bytes": s_bytes, "busbw_factor": factor,
+        "check": figures.check, "first_call_us": figures.first_call_us,
+        "loop": loop.kind, "call_path": loop.call_path, "timer": loop.timer,
+        "device": transport.device.kind, "buffer": opts.buffer, "cache": cache,
+        "cache_bytes": transport.cache_bytes,
+        "pool_bytes": pool.pool_bytes if pool else plan.send_count * item + plan.recv_count * item,
+        "pool_slots": pool.slots if pool else 1,
+        "cache_evicts": pool.evicts if pool else None,
+        "flush": opts.flush, "sync": opts.sync, "huge_pages": opts.huge_pages,
+        "huge_page_bytes": figures.huge_page_bytes,
+        "time_utc": metadata.utc_now(), "wall_s": figures.wall_s,
+    }
+    if plan.size_bytes != requested:
+        record["requested_bytes"] = requested
+    mpi_call = transport.python_backend.call_name(coll.primitive)
+    if mpi_call:
+        record["mpi_call"] = mpi_call
+    if transport.torch_meta:
+        record["torch_backend"] = transport.torch_meta["backend"]
+    if transport.staged:
+        record["staged"] = True
+    if loop.graph:
+        record["cuda_graph"] = loop.graph
+    if loop.launch:
+        record["launch"] = loop.launch
+    if coll.rooted:
+        record["root"] = opts.root
+    if coll.point_to_point:
+        record["pairs"] = nranks // 2
+        record["window"] = opts.window if coll.windowed else None
+        record["pairs_inter_node"] = layout.pairs_inter_node(nranks)
+    return record
+
+
+def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts: RunOptions, nranks: int,
+                 iterations: int, warmup: int, loop: LoopFacts, check: str | None, latency_us: dict,
+                 matrix_fields: dict, wall_s: float) -> dict:
+    """The pairwise link test's result for one metric: its matrix, outliers and their rules
+    (``matrix_fields``, from microbench.pairs), with the same core fields as any result."""
+    algbw = stats.bandwidth_gbps(plan.size_bytes, latency_us["avg"])
+    return {
+        "type": "result", "run_id": run_id, "benchmark": "pairs", "metric": metric,
+        "backend": opts.backend, "size_bytes": plan.size_bytes, "send_bytes": plan.io_send_bytes,
+        "recv_bytes": plan.io_recv_bytes, "ranks": nranks, "dtype": dtype.name, "op": None,
+        "in_place": None, "iterations": iterations, "warmup": warmup, "latency_us": latency_us,
+        "algbw_gbps": algbw, "busbw_gbps": algbw, "algbw_bytes": plan.size_bytes, "busbw_factor": 1.0,
+        "check": check, "first_call_us": None, "loop": loop.kind, "call_path": loop.call_path,
+        "cache": "warm", "sync": "none", "window": opts.window if metric == "bandwidth" else None,
+        **matrix_fields,
+        "time_utc": metadata.utc_now(), "wall_s": wall_s,
+    }
+
+
+def samples_record(run_id: str, benchmark: str, size_bytes: int, cache: str, rank: int,
+                   latency_us: list[float]) -> dict:
+    """One rank's raw per-iteration latencies (us) at one size and cache pass (``--samples``)."""
+    return {"type": "samples", "run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
+            "cache": cache, "rank": rank, "latency_us": latency_us}
+
+
+def end_record(run_id: str, status: str, reason: str, results: int) -> dict:
+    """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout)."""
+    return {"type": "end", "run_id": run_id, "status": status, "reason": reason,
+            "time_utc": metadata.utc_now(), "results": results}

@@ -1,0 +1,60 @@
+"""Checking records against the JSON Schema (``schema.json``); needs ``jsonschema`` (the ``test`` extra).
+
+    python -m microbench.records.validate FILE.jsonl...   # one line per problem, exit 1 if any
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+from microbench.records import schema_path
+
+RECORD_TYPES = ("run", "result", "end", "samples")
+
+
+@functools.lru_cache(maxsize=1)
+def _validators() -> dict:
+    import jsonschema
+
+    schema = json.loads(schema_path().read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    registry_root = {k: v for k, v in schema.items() if k != "oneOf"}
+    return {kind: jsonschema.Draft202012Validator({**registry_root, "$ref": f"#/$defs/{kind}"})
+            for kind in RECORD_TYPES}
+
+
+def problems(record: object) -> list[str]:
+    """What is wrong with one record ([] when it conforms), each as 'field.path: message'."""
+    if not isinstance(record, dict) or record.get("type") not in RECORD_TYPES:
+        return [f"not a record: its type must be one of {', '.join(RECORD_TYPES)}"]
+    errors = sorted(_validators()[record["type"]].iter_errors(record), key=lambda e: list(e.absolute_path))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(record)'}: {e.message[:300]}" for e in errors]
+
+
+def file_problems(path: str | Path) -> list[str]:
+    """Every problem of every line of a JSONL file, as 'file:line: ...' (an unparsable line is one)."""
+    out = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            out.append(f"{path}:{lineno}: not JSON ({exc.msg})")
+            continue
+        out.extend(f"{path}:{lineno}: {p}" for p in problems(record))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    found = [p for path in (argv if argv is not None else sys.argv[1:]) for p in file_problems(path)]
+    for p in found:
+        print(p)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
