@@ -70,6 +70,19 @@ def build(template: Path, work: Path, years: int) -> Path:
     return folder
 
 
+def validate(folder: Path) -> str:
+    """The first and last night's records checked against microbench/records/schema.json."""
+    try:
+        from microbench.records.validate import file_problems
+    except ImportError:  # pragma: no cover - records without a schema (older microbench)
+        return "not checked (no schema in this microbench)"
+    files = sorted(folder.rglob("*.jsonl"))
+    found = [p for f in (files[0], files[-1]) for p in file_problems(f)]
+    if found:
+        raise SystemExit("generated records do not match the schema:\n" + "\n".join(found[:10]))
+    return f"valid against schema.json ({files[0].parent.name}, {files[-1].parent.name} checked)"
+
+
 def verb_command(verb: str, folder: Path, out: Path) -> list[str]:
     last = sorted(p for p in folder.iterdir() if p.is_dir())[-1]
     args = {"check": ["check", str(folder), "--spec", str(SPEC)],
@@ -158,7 +171,9 @@ def main() -> int:
     print("# years  verb     index input_MB   wall_s    MB/s  peak_MB exit  target (<= 2 s/1 y, 10 s/10 y, 300 MB)")
     rows = []
     for years in args.years:
-        rows += run_verbs(build(template, work, years), years, args.verbs, args.repeat, args.timeout)
+        folder = build(template, work, years)
+        print(f"# {years} year(s): {folder}, records {validate(folder)}", flush=True)
+        rows += run_verbs(folder, years, args.verbs, args.repeat, args.timeout)
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "load_after": os.getloadavg()[0]}, indent=1))

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import msgspec
 
+from microbench.gate.keys import KEY_FIELDS
 from microbench.gate.parts import FilePart, PartMaker
 from microbench.gate.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
 
-FORMAT = 1  #: the entry layout; entries of another format are never read
+FORMAT = 1  #: the entry layout; entries of another layout, schema or set of key fields are never read
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 
@@ -47,7 +48,7 @@ def stamp_of(path: Path) -> list[int]:
 
 
 def entry_path(folder: Path, path: Path) -> Path:
-    name = f"{FORMAT}:{SCHEMA_VERSION}:{os.path.abspath(path)}"
+    name = f"{FORMAT}:{SCHEMA_VERSION}:{','.join(KEY_FIELDS)}:{os.path.abspath(path)}"
     return folder / f"{hashlib.sha1(name.encode()).hexdigest()}.mbx"
 
 

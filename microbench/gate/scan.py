@@ -25,7 +25,7 @@ from typing import Any, Iterable, Optional
 import msgspec
 
 from microbench.errors import UsageError
-from microbench.gate.keys import RAW_FIELDS
+from microbench.gate.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
 from microbench.gate.metrics import LATENCY_STATS
 from microbench.records import SCHEMA_VERSION
 
@@ -55,10 +55,11 @@ TYPED_FIELDS = {"type": Optional[str], "run_id": Optional[str], "time_utc": Opti
 def line_type(stats: tuple[str, ...]) -> type:
     """The struct one line decodes into: the union of run, result and end fields a gate tool reads, with
     the latency statistics ``stats`` only (an absent ``latency_us`` decodes as one with every stat None).
-    ``call_path`` is UNSET when absent (keys derives it then)."""
+    ``call_path`` and ``mpi_call`` are UNSET when absent (keys derives them then)."""
     latency = msgspec.defstruct("Latency", [(s, Optional[float], None) for s in stats])
     names = dict.fromkeys((*RAW_FIELDS, *RESULT_FIELDS, *RUN_FIELDS, "type", "status", "matrix_unit", "unit"))
-    fields: list[tuple] = [(n, TYPED_FIELDS.get(n, Any), msgspec.UNSET if n == "call_path" else None) for n in names]
+    fields: list[tuple] = [(n, TYPED_FIELDS.get(n, Any), msgspec.UNSET if n in DERIVED_WHEN_ABSENT else None)
+                           for n in names]
     fields.append(("latency_us", Optional[latency], msgspec.field(default_factory=latency)))
     fields += [(n, msgspec.Raw, NO_RAW) for n in RAW_JSON_FIELDS]
     return msgspec.defstruct("Line", fields)
