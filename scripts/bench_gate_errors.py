@@ -2,27 +2,33 @@
 """How often `microbench compare` cries wolf, and how often it catches a real slowdown, on this machine.
 
 1. ``collect``: real launches of ``microbench run --np 2 allreduce latency -m 8:4K`` (20 configurations),
-   one file each, in blocks: ``--block`` runs of the normal build, then ``--block`` runs of a slowed one,
-   over and over (``--blocks`` pairs); with ``--interleave`` the two alternate run by run instead.
-   The slowdown is real and outside microbench's timed loop: Open MPI's own tuning variables force
-   another allreduce algorithm (``OMPI_MCA_coll_tuned_use_dynamic_rules=1``,
-   ``OMPI_MCA_coll_tuned_allreduce_algorithm=N``; N=3 recursive doubling by default). The point-to-point
-   latency configurations are untouched by it, so every slowed comparison also holds 10 true nulls.
+   one file each: ``--normal`` runs, then ``--slow`` runs with MPI_Allreduce slowed by a fraction f, for
+   each f of ``--fractions`` (0.10 and 0.25), ``--cycles`` times; with ``--interleave`` normal and slowed
+   runs alternate instead. The slowdown is real and outside microbench's timed loop: every launch
+   LD_PRELOADs ``slow_mpi/slow_allreduce.c``, whose MPI_Allreduce calls the library's PMPI_Allreduce and
+   then spins until the call has taken (1 + f) times as long (f = 0 in the normal runs). Why not Open
+   MPI's own knobs: forcing another allreduce algorithm (``OMPI_MCA_coll_tuned_use_dynamic_rules=1``,
+   ``OMPI_MCA_coll_tuned_allreduce_algorithm=N``) moved 8 B to 4 KiB allreduce by 2x to 5x on an idle
+   machine and by 0.7x to 2x on a loaded one (faster at small sizes), never by 10 or 25 %; a competing
+   process on a shared 2-core machine moves p50 by what the other tenants happen to do. The point-to-
+   point latency configurations are untouched, so every slowed comparison also holds 10 true nulls.
 2. ``analyze``: comparisons formed from the pool, each judged by ``microbench compare --json`` of the
    source tree(s) given (``--src NAME=PATH``: e.g. before=/work/main after=.), run as a user would:
 
    - false alarms: normal runs only, baseline = the first k, new = the next k of a block (sequential,
      k = 4 and 8), or alternate runs of a block (interleaved); a whole comparison is a false alarm when
      it reports any REGRESSION (compare exits 1);
-   - power: a normal block against the slowed block after it (sequential, k = 4 and 8), per allreduce
-     configuration: the share flagged REGRESSION, by the slowdown the pool actually shows for it
-     (ratio of medians over all slowed and all normal runs of the configuration).
+   - power: the k normal runs before a slowed block against its first k (sequential), or k alternating
+     pairs: the share of allreduce configurations flagged REGRESSION, per slowed variant, with the
+     slowdown the pool actually shows for it (median of slowed / median of normal runs, geometric mean
+     over sizes).
 
    Per verdict (REGRESSION, regression?, noise, ok, improved) the share of configurations, and per
    comparison the share that failed. Also: the lag-1 correlation of back-to-back runs (each
    configuration's log values minus its block mean, pooled), the reason runs are not independent samples.
 
-    python scripts/bench_gate_errors.py collect POOL --blocks 6 --block 8 [--algorithm 3] [--interleave]
+    python scripts/bench_gate_errors.py collect POOL [--fractions 0.1 0.25] [--normal 16] [--slow 8] [--cycles 2]
+    python scripts/bench_gate_errors.py collect POOL --interleave [--slow 8]
     python scripts/bench_gate_errors.py analyze POOL --src before=/work/main --src after=.
 """
 
@@ -40,27 +46,47 @@ from pathlib import Path
 
 RUN = ["run", "--np", "2", "allreduce", "latency", "-m", "8:4K"]
 VERDICTS = ("regression", "regression?", "noise", "ok", "improved", "improved?")
+HERE = Path(__file__).resolve().parent
 
 
-def slow_env(algorithm: int) -> dict:
-    return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": str(algorithm)}
+def build_shim(out: Path) -> Path:
+    """slow_mpi/slow_allreduce.c built with the mpicc of the MPI microbench loads."""
+    from microbench.backends.mpi import import_mpi, library
+    from microbench.native import find_mpicc
+
+    lib = library(import_mpi(initialize=False))
+    target = out / "slow_allreduce.so"
+    subprocess.run([find_mpicc(lib.prefix), "-O2", "-fPIC", "-shared", "-o", str(target),
+                    str(HERE / "slow_mpi" / "slow_allreduce.c")], check=True)
+    return target
 
 
-def collect(pool: Path, blocks: int, block: int, algorithm: int, interleave: bool) -> None:
+def plan(fractions: list[float], normal: int, slow: int, cycles: int, interleave: bool) -> list[str]:
+    """The launch order: per cycle and fraction, ``normal`` normal runs then ``slow`` slowed ones (or,
+    interleaved, ``slow`` normal/slowed pairs)."""
+    out = []
+    for _ in range(cycles):
+        for f in fractions:
+            name = f"slow{f:.2f}"
+            out += [v for _ in range(slow) for v in ("normal", name)] if interleave else \
+                ["normal"] * normal + [name] * slow
+    return out
+
+
+def collect(pool: Path, order: list[str], shim: Path, interleave: bool) -> None:
+    """Every launch carries the shim; the normal ones with fraction 0, so only the spin differs."""
     pool.mkdir(parents=True, exist_ok=True)
     start = len(list(pool.glob("*.jsonl")))
-    plan = []
-    for b in range(blocks):
-        if interleave:
-            plan += [v for _ in range(block) for v in ("normal", "slow")]
-        else:
-            plan += ["normal"] * block + ["slow"] * block
-    for i, variant in enumerate(plan):
+    for i, variant in enumerate(order):
         out = pool / f"{start + i:05d}-{'i' if interleave else 's'}-{variant}.jsonl"
-        env = {**os.environ, **(slow_env(algorithm) if variant == "slow" else {})}
-        subprocess.run([sys.executable, "-m", "microbench", *RUN, "--out", str(out)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"# {i + 1}/{len(plan)} {out.name} (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+        fraction = variant[4:] if variant.startswith("slow") else "0"
+        env = {**os.environ, "LD_PRELOAD": str(shim), "MICROBENCH_SLOW_FRACTION": fraction}
+        proc = subprocess.run([sys.executable, "-m", "microbench", *RUN, "--out", str(out)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode:
+            print(f"# {out.name} failed, left out: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            out.unlink(missing_ok=True)
+        print(f"# {i + 1}/{len(order)} {out.name} (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
 
 
 def pool_runs(pool: Path) -> list[dict]:
@@ -69,7 +95,10 @@ def pool_runs(pool: Path) -> list[dict]:
     for path in sorted(pool.glob("*.jsonl")):
         _, mode, variant = path.stem.split("-")
         values = {}
-        for line in path.read_text().splitlines():
+        lines = path.read_text().splitlines()
+        if not lines or json.loads(lines[-1]).get("type") != "end":
+            continue  # a launch still running, or one that died
+        for line in lines:
             rec = json.loads(line)
             if rec.get("type") == "result":
                 values[(rec["benchmark"], rec["size_bytes"])] = rec["latency_us"]["p50"]
@@ -90,49 +119,62 @@ def blocks_of(runs: list[dict]) -> list[tuple[str, str, list[dict]]]:
 
 
 def comparisons(runs: list[dict]) -> list[dict]:
-    """The comparisons the pool allows: kind, k, baseline and new files."""
+    """The comparisons the pool allows: kind, k, baseline and new runs. False alarms: disjoint windows of
+    2k back-to-back normal runs (first k against next k), or k alternating pairs of normal runs; power:
+    the k normal runs just before a slowed block against its first k (or k interleaved pairs)."""
     out = []
     blocks = blocks_of(runs)
     for index, (mode, variant, members) in enumerate(blocks):
         if mode == "s" and variant == "normal":
+            nxt = blocks[index + 1] if index + 1 < len(blocks) else None
             for k in (4, 8):
-                if len(members) >= 2 * k:
-                    out.append({"kind": "false alarm, sequential", "k": k, "base": members[:k], "new": members[k:2 * k]})
-                nxt = blocks[index + 1] if index + 1 < len(blocks) else None
-                if nxt and nxt[0] == "s" and nxt[1] == "slow" and len(members) >= k and len(nxt[2]) >= k:
-                    out.append({"kind": "power, sequential", "k": k, "base": members[-k:], "new": nxt[2][:k]})
+                for w in range(0, len(members) - 2 * k + 1, 2 * k):
+                    out.append({"kind": "false alarm, sequential", "k": k, "base": members[w:w + k],
+                                "new": members[w + k:w + 2 * k]})
+                if nxt and nxt[0] == "s" and nxt[1] != "normal" and len(members) >= k and len(nxt[2]) >= k:
+                    out.append({"kind": f"power {nxt[1]}, sequential", "k": k, "base": members[-k:],
+                                "new": nxt[2][:k], "variant": nxt[1]})
         if mode == "i":
             normal = [r for r in members if r["variant"] == "normal"]
-            slow = [r for r in members if r["variant"] == "slow"]
+            slow = [r for r in members if r["variant"] != "normal"]
             for k in (4, 8):
-                if len(normal) >= 2 * k:
-                    out.append({"kind": "false alarm, interleaved", "k": k, "base": normal[0:2 * k:2],
-                                "new": normal[1:2 * k:2]})
+                for w in range(0, len(normal) - 2 * k + 1, 2 * k):
+                    out.append({"kind": "false alarm, interleaved", "k": k, "base": normal[w:w + 2 * k:2],
+                                "new": normal[w + 1:w + 2 * k:2]})
                 if len(normal) >= k and len(slow) >= k:
-                    out.append({"kind": "power, interleaved", "k": k, "base": normal[:k], "new": slow[:k]})
+                    out.append({"kind": f"power {slow[0]['variant']}, interleaved", "k": k, "base": normal[:k],
+                                "new": slow[:k], "variant": slow[0]["variant"]})
     return out
 
 
 def judge(src: Path, comparison: dict, extra: list[str]) -> dict:
     """``microbench compare --json`` of source tree ``src`` on one comparison."""
-    env = {**os.environ, "PYTHONPATH": str(src.resolve()), "MICROBENCH_INDEX": "off"}
+    src = src.resolve()
+    env = {**os.environ, "PYTHONPATH": str(src), "MICROBENCH_INDEX": "off"}
     cmd = [sys.executable, "-m", "microbench", "compare", "--json", "--baseline",
-           *[str(r["path"]) for r in comparison["base"]], "--new", *[str(r["path"]) for r in comparison["new"]], *extra]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+           *[str(r["path"].resolve()) for r in comparison["base"]], "--new",
+           *[str(r["path"].resolve()) for r in comparison["new"]], *extra]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=src)  # cwd: -m imports from there
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr}")
     return json.loads(proc.stdout)
 
 
-def actual_slowdowns(runs: list[dict]) -> dict:
-    """Per configuration: median over slowed runs / median over normal runs (the pool's own figure)."""
+def actual_slowdowns(runs: list[dict]) -> dict[str, float]:
+    """Per slowed variant: the geometric mean over allreduce configurations of median(slowed runs) /
+    median(normal runs), the slowdown the pool actually shows (the shim's clock reads add to its spin)."""
     out = {}
-    keys = runs[0]["values"].keys()
-    for key in keys:
-        normal = [r["values"][key] for r in runs if r["variant"] == "normal" and key in r["values"]]
-        slow = [r["values"][key] for r in runs if r["variant"] == "slow" and key in r["values"]]
-        if normal and slow:
-            out[key] = statistics.median(slow) / statistics.median(normal)
+    for variant in sorted({r["variant"] for r in runs} - {"normal"}):
+        logs = []
+        for key in runs[0]["values"]:
+            if key[0] != "allreduce":
+                continue
+            normal = [r["values"][key] for r in runs if r["variant"] == "normal" and key in r["values"]]
+            slow = [r["values"][key] for r in runs if r["variant"] == variant and key in r["values"]]
+            if normal and slow:
+                logs.append(math.log(statistics.median(slow) / statistics.median(normal)))
+        if logs:
+            out[variant] = math.exp(statistics.fmean(logs))
     return out
 
 
@@ -161,8 +203,8 @@ def analyze(pool: Path, sources: dict[str, Path], extra: list[str], out_json: Pa
     rho = lag1_correlation(runs)
     print(f"# pool {pool}: {len(runs)} launches; lag-1 correlation of back-to-back runs: "
           f"{'-' if rho is None else f'{rho:.2f}'}")
-    shown = ", ".join(f"{b} {s} B x{v:.2f}" for (b, s), v in sorted(slowdown.items()) if b == "allreduce")
-    print(f"# actual slowdown of the slowed runs (median/median): {shown}")
+    shown = ", ".join(f"{v}: x{ratio:.3f}" for v, ratio in slowdown.items())
+    print(f"# actual slowdown of allreduce, geometric mean over sizes of median(slowed)/median(normal): {shown}")
     figures = []
     for name, src in sources.items():
         tally: dict = {}
@@ -188,8 +230,7 @@ def analyze(pool: Path, sources: dict[str, Path], extra: list[str], out_json: Pa
                   f"{power}  {shares}")
             figures.append({"source": name, "kind": kind, "k": k, **t})
     if out_json:
-        out_json.write_text(json.dumps({"rho": rho, "slowdown": {f"{b} {s}": v for (b, s), v in slowdown.items()},
-                                        "figures": figures}, indent=1))
+        out_json.write_text(json.dumps({"rho": rho, "slowdown": slowdown, "figures": figures}, indent=1))
 
 
 def main() -> int:
@@ -197,9 +238,11 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("pool", type=Path)
-    c.add_argument("--blocks", type=int, default=6)
-    c.add_argument("--block", type=int, default=8)
-    c.add_argument("--algorithm", type=int, default=3)
+    c.add_argument("--fractions", type=float, nargs="+", default=[0.10, 0.25],
+                   help="slowdowns of MPI_Allreduce to make (the shim's MICROBENCH_SLOW_FRACTION)")
+    c.add_argument("--normal", type=int, default=16, help="normal runs before each slowed block")
+    c.add_argument("--slow", type=int, default=8, help="runs in a slowed block (pairs when interleaved)")
+    c.add_argument("--cycles", type=int, default=2)
     c.add_argument("--interleave", action="store_true")
     a = sub.add_parser("analyze")
     a.add_argument("pool", type=Path)
@@ -210,7 +253,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.cmd == "collect":
         t0 = time.monotonic()
-        collect(args.pool, args.blocks, args.block, args.algorithm, args.interleave)
+        args.pool.mkdir(parents=True, exist_ok=True)
+        shim = build_shim(args.pool.resolve())
+        collect(args.pool, plan(args.fractions, args.normal, args.slow, args.cycles, args.interleave), shim,
+                args.interleave)
         print(f"# collected in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         return 0
     sources = dict(s.split("=", 1) for s in args.src) or {"after": "."}
