@@ -15,8 +15,10 @@ from microbench.gate.select import host_set, mpi_text
 
 
 def facts(meta: dict) -> dict[str, Any]:
-    """The comparable conditions of a run line, flattened to ``name -> value``."""
-    out: dict[str, Any] = {"MPI": mpi_text(meta) or None, "hosts": ",".join(host_set(meta)) or None,
+    """The comparable conditions of a run line, flattened to ``name -> value``: ``MPI`` is the library's
+    name and version (``Open MPI v5.0.11``); ``MPI library`` its whole version text, shown only when two
+    builds share a name and version."""
+    out: dict[str, Any] = {"MPI": mpi_text(meta).split(",")[0].strip() or None, "hosts": ",".join(host_set(meta)) or None,
                            "launcher": meta.get("launcher"), "backend": meta.get("backend")}
     mpi = meta.get("mpi")
     if isinstance(mpi, dict) and isinstance(mpi.get("library_version"), str):
@@ -38,10 +40,8 @@ def facts(meta: dict) -> dict[str, Any]:
 def changes(before: dict, after: dict) -> list[str]:
     """``name: old -> new`` for every condition that differs between two run lines (sorted by name)."""
     old, new = facts(before), facts(after)
-    if old.get("MPI library") and old.get("MPI library") == new.get("MPI library"):
-        old.pop("MPI library"), new.pop("MPI library")
-    elif old.get("MPI") != new.get("MPI"):  # the first line says it; the full text would repeat it
-        old.pop("MPI library", None), new.pop("MPI library", None)
+    if old.get("MPI library") == new.get("MPI library") or old.get("MPI") != new.get("MPI"):
+        old.pop("MPI library", None), new.pop("MPI library", None)  # the name and version say it (or all is equal)
     out = []
     for name in sorted(set(old) | set(new)):
         if old.get(name) != new.get(name):

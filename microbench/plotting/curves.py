@@ -172,7 +172,7 @@ def explanation(stat: str, band: str, by: str, bw_metric: str) -> str:
     else:
         spread = "band: " + ("p10..p90 of all samples" if band == "p10-p90" else "fastest..slowest sample")
     factor = " x factor" if bw_metric == "busbw" else ""
-    return (f"{line}; {spread}; {bw_metric} = S{factor} / latency from the same statistics "
+    return (f"{line}; {spread}\n{bw_metric} = S{factor} / latency from the same statistics "
             f"(S and factor as nccl-tests); GB = 1e9 B")
 
 
