@@ -13,7 +13,8 @@
 
 Per verb, twice: ``cold`` with an empty index (every JSONL file decoded, the index written: the first
 night a tool reads a folder) and ``warm`` with the index current (every later night: only a new or
-changed file is decoded). Each: wall seconds (``--repeat`` runs, the median), MB/s = the folder's JSONL
+changed file is decoded). Each: wall seconds (``--repeat`` runs, the median), CPU seconds (user + system, the median: what the
+verb costs when the machine's other tenants take their share of the wall time), MB/s = the folder's JSONL
 bytes / wall seconds, and peak memory = the largest resident set size of the process (``ru_maxrss`` from wait4, MB =
 1e6 B). Targets (issue 23): check, compare, history on one year <= 2 s and <= 300 MB; ten years <= 10 s
 and <= 300 MB. The machine is shared: the script prints the load average before and after.
@@ -92,8 +93,8 @@ def verb_command(verb: str, folder: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "microbench", *args]
 
 
-def measure(cmd: list[str], timeout: float, index: Path | None) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MB, exit status) of one process; wall inf when it ran past ``timeout``.
+def measure(cmd: list[str], timeout: float, index: Path | None) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS MB, exit status, CPU seconds) of one process; wall inf past ``timeout``.
     ``index``: the folder of the reader's index (None: the index off)."""
     env = {**os.environ, "MICROBENCH_INDEX": str(index) if index else "off"}
     start = time.monotonic()
@@ -106,11 +107,11 @@ def measure(cmd: list[str], timeout: float, index: Path | None) -> tuple[float, 
         if time.monotonic() > deadline:
             proc.kill()
             _, status, usage = os.wait4(proc.pid, 0)
-            return float("inf"), usage.ru_maxrss / 1e3, -9
+            return float("inf"), usage.ru_maxrss * 1024 / 1e6, -9, usage.ru_utime + usage.ru_stime
         time.sleep(0.01)
     wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss * 1024 / 1e6, proc.returncode
+    return wall, usage.ru_maxrss * 1024 / 1e6, proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 def jsonl_bytes(folder: Path) -> int:
@@ -126,18 +127,20 @@ def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: 
         index = Path(tmp) / "index"
         for verb in verbs:
             for state in ("cold", "warm"):
-                walls, peaks, codes = [], [], []
+                walls, peaks, codes, cpus = [], [], [], []
                 for _ in range(repeat):
                     if state == "cold":
                         shutil.rmtree(index, ignore_errors=True)
-                    wall, peak, code = measure(verb_command(verb, folder, Path(tmp)), timeout, index)
+                    wall, peak, code, cpu = measure(verb_command(verb, folder, Path(tmp)), timeout, index)
                     walls.append(wall)
                     peaks.append(peak)
                     codes.append(code)
+                    cpus.append(cpu)
                     if wall == float("inf"):
                         break
                 wall = statistics.median(walls)
                 rows.append({"years": years, "verb": verb, "index": state, "input_mb": size / 1e6, "wall_s": wall,
+                             "cpu_s": statistics.median(cpus),
                              "mb_per_s": size / 1e6 / wall if wall else None, "peak_mb": max(peaks),
                              "exit": codes[-1], "repeats": len(walls)})
                 print(table_row(rows[-1]), flush=True)
@@ -149,8 +152,8 @@ def table_row(row: dict) -> str:
     speed = f"{row['mb_per_s']:.0f}" if row["mb_per_s"] and row["wall_s"] != float("inf") else "-"
     target = TARGET_S.get(row["years"]) if row["verb"] != "plot" else None
     met = "-" if target is None else ("yes" if row["wall_s"] <= target and row["peak_mb"] <= TARGET_MB else "NO")
-    return (f"{row['years']:>5}  {row['verb']:<8} {row.get('index', '-'):<5} {row['input_mb']:>8.1f} {wall:>8} {speed:>7} "
-            f"{row['peak_mb']:>8.0f} {row['exit']:>4}  {met}")
+    return (f"{row['years']:>5}  {row['verb']:<8} {row.get('index', '-'):<5} {row['input_mb']:>8.1f} {wall:>8} "
+            f"{row.get('cpu_s', float('nan')):>6.2f} {speed:>7} {row['peak_mb']:>8.0f} {row['exit']:>4}  {met}")
 
 
 def main() -> int:
@@ -168,7 +171,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     template = args.template or real_run(work)
     print(f"# load average before: {os.getloadavg()[0]:.2f} (2 cores shared)")
-    print("# years  verb     index input_MB   wall_s    MB/s  peak_MB exit  target (<= 2 s/1 y, 10 s/10 y, 300 MB)")
+    print("# years  verb     index input_MB   wall_s  cpu_s    MB/s  peak_MB exit  target (<= 2 s/1 y, 10 s/10 y, 300 MB)")
     rows = []
     for years in args.years:
         folder = build(template, work, years)

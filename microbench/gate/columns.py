@@ -19,24 +19,16 @@ import numpy as np
 
 from microbench.gate.keys import ConfigKey
 from microbench.gate.metrics import OUTLIERS
+from microbench.records import Run
 
 
 @dataclass
-class RunInfo:
-    """One run: the report fields of its run line (``meta``), its end line, the file it came from."""
+class RunInfo(Run):
+    """One run as the gate tools hold it: ``records.Run`` with the report fields of its run line in
+    ``meta`` and its end line, but no result dictionaries (``results`` stays empty: the rows are the
+    table's); ``result_time`` is the first result's time_utc, for runs whose run line lacks one."""
 
-    meta: dict
-    source: str = ""
-    end: dict | None = None
-    result_time: str | None = None  #: the first result's time_utc (for runs whose run line lacks one)
-
-    @property
-    def run_id(self) -> str | None:
-        return self.meta.get("run_id")
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.end) and self.end.get("status") == "complete"
+    result_time: str | None = None
 
 
 @dataclass
