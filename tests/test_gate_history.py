@@ -107,3 +107,11 @@ def test_two_steps_and_their_medians():
     found = steps.detect([v * (1 + 0.01 * (i % 3)) for i, v in enumerate(series)])
     assert [s.index for s in found] == [6, 12]
     assert found[0].ratio == pytest.approx(1.5, rel=0.03) and found[1].ratio == pytest.approx(0.8, rel=0.03)
+
+
+def test_bad_step_options_are_one_line_errors(tmp_path, capsys):
+    folder = three_nights(tmp_path)
+    assert cli(folder, "--min-step", "x") == 2
+    assert "bad --min-step 'x'" in capsys.readouterr().err
+    assert cli(folder, "--confidence", "1.5") == 2
+    assert "--confidence must be from 0.5 up to 1" in capsys.readouterr().err

@@ -61,19 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     select_runs.add_arguments(p)
 
 
-def parse_threshold(text: str) -> float:
-    """``5%`` or ``0.05`` -> 0.05 (a bare number must be a fraction below 1)."""
+def parse_threshold(text: str, option: str = "--threshold") -> float:
+    """``5%`` or ``0.05`` -> 0.05 (a bare number must be a fraction below 1); errors name ``option``."""
     raw = text.strip()
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise UsageError(f"bad --threshold {text!r}: give a percentage such as 5% or a fraction such as 0.05") \
+        raise UsageError(f"bad {option} {text!r}: give a percentage such as 5% or a fraction such as 0.05") \
             from None
     if not raw.endswith("%") and value >= 1:
-        raise UsageError(f"bad --threshold {text!r}: a bare number is a fraction (0.05 = 5 %); write {raw}% "
+        raise UsageError(f"bad {option} {text!r}: a bare number is a fraction (0.05 = 5 %); write {raw}% "
                          "for a percentage")
     if not value > 0:
-        raise UsageError(f"bad --threshold {text!r}: must be above 0")
+        raise UsageError(f"bad {option} {text!r}: must be above 0")
     return value
 
 

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--figure", metavar="FILE.png", help="also draw the history (PNG or SVG by suffix)")
     p.add_argument("--json", action="store_true", help="print the history as JSON instead of the table")
     p.add_argument("--lookback", type=int, metavar="DAYS", help="only the runs of the last DAYS days with runs")
-    p.add_argument("--min-step", type=parse_threshold, default=0.05, metavar="PCT",
+    p.add_argument("--min-step", type=lambda text: parse_threshold(text, "--min-step"), default=0.05, metavar="PCT",
                    help="smallest step reported: medians this far apart (default 5%%)")
     p.add_argument("--confidence", type=float, default=0.95, metavar="C",
                    help="a step is kept when its p-value (corrected for the split points tried) is at most "
