@@ -26,6 +26,8 @@ from microbench.gate.scan import RAW_JSON_FIELDS, RUN_FIELDS, Decoded, raw_prese
 PART_STATS = ("avg", "min", "max", "p10", "p50", "p90", "p99", "fastest", "slowest")
 NUMBERS = ("algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps")
 _raw_key = attrgetter(*keys.RAW_FIELDS)
+_GET = {name: attrgetter(name) for name in (*NUMBERS, *PART_STATS)}
+_GET_LATENCY = attrgetter("latency_us")
 
 
 class FilePart(msgspec.Struct, array_like=True):
@@ -74,7 +76,7 @@ class PartMaker:
     def make(self, decoded: Decoded, stamp: list) -> FilePart:
         runs, ends, times, results, owners = _attach(decoded.records)
         configs, codes = self._configs(results)
-        latencies = [r.latency_us for r in results]
+        latencies = list(map(_GET_LATENCY, results))
         if None in latencies:
             latencies = [lat if lat is not None else _EMPTY for lat in latencies]
         checks: dict = {}
@@ -84,9 +86,8 @@ class PartMaker:
             owner=np.array(owners, dtype="<i4").tobytes(), config=np.array(codes, dtype="<i4").tobytes(),
             requested=np.array([-1 if r.requested_bytes is None else r.requested_bytes for r in results],
                                dtype="<i8").tobytes(),
-            numbers=np.array([[getattr(r, n) for r in results] for n in NUMBERS], dtype="<f8").tobytes(),
-            latency=np.array([[getattr(lat, s, None) for lat in latencies] for s in PART_STATS],
-                             dtype="<f8").tobytes(),
+            numbers=np.array([list(map(_GET[n], results)) for n in NUMBERS], dtype="<f8").tobytes(),
+            latency=np.array([list(map(_GET[s], latencies)) for s in PART_STATS], dtype="<f8").tobytes(),
             check=np.array([checks.setdefault(_check_value(r.check), len(checks)) for r in results],
                            dtype="<i2").tobytes(),
             checks=list(checks),
@@ -113,14 +114,7 @@ class PartMaker:
         return configs, codes
 
 
-class _Empty:
-    """A latency struct with no statistic (for a result whose latency_us is null)."""
-
-    def __getattr__(self, name):
-        return None
-
-
-_EMPTY = _Empty()
+_EMPTY = type("NoLatency", (), dict.fromkeys(PART_STATS))()  #: for a result whose latency_us is null
 
 
 def _attach(records: list) -> tuple[list[dict], list, list, list, list[int]]:
