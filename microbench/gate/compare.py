@@ -41,11 +41,12 @@ REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED = (
 
 
 @dataclass
-class RunValue:
-    label: str
-    value: float
-    order: tuple  #: (start time or inf, label): time order of runs
-    day: str  #: the run's UTC start day (YYYY-MM-DD), or the label when it has no time
+class Side:
+    """One configuration's runs on one side of a comparison, in start-time order."""
+
+    values: list[float]
+    labels: list[str]
+    days: np.ndarray  #: a code per run for its UTC start day (runs without a time: one code each)
 
 
 @dataclass
@@ -110,9 +111,9 @@ class Comparison:
 
 
 def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None = None
-                   ) -> dict[ConfigKey, list[RunValue]]:
-    """Configuration -> one RunValue per run that measured it (among ``rows``, a boolean mask; all rows
-    when None), in time order. Values that are missing or not above 0 are left out."""
+                   ) -> dict[ConfigKey, Side]:
+    """Configuration -> its runs' values (among ``rows``, a boolean mask; all rows when None), in start-
+    time order. Values that are missing or not above 0 are left out."""
     values = table.values(metric, stat)
     usable = np.isfinite(values) & (values > 0)
     if rows is not None:
@@ -121,13 +122,18 @@ def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None
     configs, runs, medians = per_run_medians(table.config[picked], table.run[picked], values[picked])
     labels = [run_label(run) for run in table.runs]
     times = [run_time(run) for run in table.runs]
-    order = [(t.timestamp() if t else math.inf, lab) for t, lab in zip(times, labels)]
-    days = [t.strftime("%Y-%m-%d") if t else lab for t, lab in zip(times, labels)]
-    out: dict[ConfigKey, list[RunValue]] = {}
-    for config, run, value in zip(configs.tolist(), runs.tolist(), medians.tolist()):
-        out.setdefault(table.configs[config], []).append(RunValue(labels[run], value, order[run], days[run]))
-    for found in out.values():
-        found.sort(key=lambda v: v.order)
+    rank = np.empty(len(table.runs), dtype=np.int64)
+    rank[sorted(range(len(labels)), key=lambda i: (times[i].timestamp() if times[i] else math.inf, labels[i]))] = \
+        np.arange(len(labels))
+    days = np.unique([t.strftime("%Y-%m-%d") if t else lab for t, lab in zip(times, labels)] or [""],
+                     return_inverse=True)[1]
+    order = np.lexsort((rank[runs], configs))
+    configs, runs, medians = configs[order], runs[order], medians[order]
+    bounds = np.flatnonzero(np.r_[True, configs[1:] != configs[:-1], True]) if len(configs) else np.array([0])
+    out: dict[ConfigKey, Side] = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        mine = runs[a:b]
+        out[table.configs[configs[a]]] = Side(medians[a:b].tolist(), [labels[r] for r in mine.tolist()], days[mine])
     return out
 
 
@@ -159,7 +165,7 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
     new_values = per_run_values(new, metric, stat, select(new) if select else None)
     shared = set(base_values) & set(new_values)
     if rho is None:
-        series = [[v.value for v in side[k]] for side in (base_values, new_values) for k in shared]
+        series = [side[k].values for side in (base_values, new_values) for k in shared]
         result = Comparison(metric, stat, threshold, confidence, run_correlation(series), "measured")
     else:
         result = Comparison(metric, stat, threshold, confidence, rho, "given")
@@ -174,19 +180,17 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
     return result
 
 
-def _row(key: ConfigKey, base: list[RunValue], fresh: list[RunValue], rho: float, by_day: bool) -> Row:
-    b, n = [v.value for v in base], [v.value for v in fresh]
+def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> Row:
     test, days = None, None
     if by_day:
-        per_day: dict[str, list[float]] = {}
-        for v in base:
-            per_day.setdefault(v.day, []).append(v.value)
-        days = len(per_day)
-        test = block_test([statistics.median(vals) for vals in per_day.values()], n, rho)
+        codes, inverse = np.unique(base.days, return_inverse=True)
+        values = np.asarray(base.values)
+        days = len(codes)
+        test = block_test([float(np.median(values[inverse == d])) for d in range(days)], fresh.values, rho)
     if test is None:
-        test = run_test(b, n, rho)
-    ratio = statistics.median(n) / statistics.median(b)
-    return Row(key, b, n, [v.label for v in base], [v.label for v in fresh], float(ratio), test, days=days)
+        test = run_test(base.values, fresh.values, rho)
+    ratio = statistics.median(fresh.values) / statistics.median(base.values)
+    return Row(key, base.values, fresh.values, base.labels, fresh.labels, float(ratio), test, days=days)
 
 
 def _judge(result: Comparison, higher_better: bool) -> None:
