@@ -118,7 +118,8 @@ def jsonl_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*.jsonl"))
 
 
-def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: float) -> list[dict]:
+def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: float,
+              states: tuple[str, ...] = ("cold", "warm")) -> list[dict]:
     """Per verb: ``cold`` (no index: every JSONL file decoded, and the index written), then ``warm``
     (the index current: the state of every night after the first), ``repeat`` runs each."""
     size = jsonl_bytes(folder)
@@ -126,7 +127,7 @@ def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: 
     with tempfile.TemporaryDirectory() as tmp:
         index = Path(tmp) / "index"
         for verb in verbs:
-            for state in ("cold", "warm"):
+            for state in states:
                 walls, peaks, codes, cpus = [], [], [], []
                 for _ in range(repeat):
                     if state == "cold":
@@ -164,6 +165,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, help="keep the nightlies here (default: a temporary folder)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per verb, the median wall time reported")
     ap.add_argument("--timeout", type=float, default=300, help="seconds before a verb counts as timed out")
+    ap.add_argument("--states", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
+                    help="index states to measure (cold only for a microbench without the index)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     tmp = None if args.work else tempfile.TemporaryDirectory()
@@ -176,7 +179,7 @@ def main() -> int:
     for years in args.years:
         folder = build(template, work, years)
         print(f"# {years} year(s): {folder}, records {validate(folder)}", flush=True)
-        rows += run_verbs(folder, years, args.verbs, args.repeat, args.timeout)
+        rows += run_verbs(folder, years, args.verbs, args.repeat, args.timeout, tuple(args.states))
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "load_after": os.getloadavg()[0]}, indent=1))
