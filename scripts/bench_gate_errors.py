@@ -136,14 +136,19 @@ def comparisons(runs: list[dict]) -> list[dict]:
                                 "new": nxt[2][:k], "variant": nxt[1]})
         if mode == "i":
             normal = [r for r in members if r["variant"] == "normal"]
-            slow = [r for r in members if r["variant"] != "normal"]
             for k in (4, 8):
                 for w in range(0, len(normal) - 2 * k + 1, 2 * k):
                     out.append({"kind": "false alarm, interleaved", "k": k, "base": normal[w:w + 2 * k:2],
                                 "new": normal[w + 1:w + 2 * k:2]})
-                if len(normal) >= k and len(slow) >= k:
-                    out.append({"kind": f"power {slow[0]['variant']}, interleaved", "k": k, "base": normal[:k],
-                                "new": slow[:k], "variant": slow[0]["variant"]})
+            pairs: dict[str, list[tuple[dict, dict]]] = {}
+            for before, run in zip(members, members[1:]):
+                if before["variant"] == "normal" and run["variant"] != "normal":
+                    pairs.setdefault(run["variant"], []).append((before, run))
+            for variant, found in pairs.items():
+                for k in (4, 8):
+                    if len(found) >= k:
+                        out.append({"kind": f"power {variant}, interleaved", "k": k, "variant": variant,
+                                    "base": [a for a, _ in found[:k]], "new": [b for _, b in found[:k]]})
     return out
 
 

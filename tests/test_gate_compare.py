@@ -289,3 +289,23 @@ def test_twenty_unchanged_configurations_stay_quiet_as_a_family(tmp_path):
     res = compare(load_table([base]), load_table([new]))
     assert len(res.rows) == 20 and sum(r.test.p < 0.05 for r in res.rows) >= 1  # odd on its own ...
     assert {r.verdict for r in res.rows} <= {OK, NOISE}  # ... and nothing is flagged for the family
+
+
+def test_alternating_runs_are_compared_in_pairs(tmp_path, capsys):
+    """Baseline and new runs taken A B A B ...: a spell that moves both runs of a pair cancels in their
+    ratio, and one starved launch (100x) is pulled in before it decides a variance."""
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    spells = [1.0, 2.0, 0.6, 1.5, 3.0, 0.8, 1.2, 2.5]  # the machine's level, pair by pair
+    for i, level in enumerate(spells):
+        write_run(base, [result(size=8 << s, p50=level * (1 + 0.01 * (i % 3))) for s in range(10)],
+                  run_id=f"b{i}", time_utc=f"2026-11-01T02:{2 * i:02d}:00Z")
+        slow = 100.0 if i == 5 else 1.3
+        write_run(new, [result(size=8 << s, p50=level * slow * (1 + 0.01 * ((i + 1) % 3))) for s in range(10)],
+                  run_id=f"n{i}", time_utc=f"2026-11-01T02:{2 * i + 1:02d}:00Z")
+    res = compare(load_table([base]), load_table([new]))
+    assert {r.test.method for r in res.rows} == {"pairs"}
+    assert {r.verdict for r in res.rows} == {REGRESSION}
+    unpaired = ratiotest.run_test(res.rows[0].baseline, res.rows[0].new)
+    assert unpaired.p > 0.05  # the same runs judged as two independent batches: lost in the spells
+    assert cli("--baseline", base, "--new", new) == 1
+    assert "paired t on the log ratio" in capsys.readouterr().out

@@ -5,10 +5,10 @@ Per configuration (``keys.config_key``: benchmark, size, ranks, backend, options
 - each run gives one value: by default its p50 latency (``metrics.metric_value``; a run that measured
   the configuration twice gives the median of the two);
 - ratio = median(new run values) / median(baseline run values);
-- a test of "no change" on the log run values (``ratiotest``): Welch's t with the variance of each side
-  inflated by the correlation of back-to-back runs (measured from the runs themselves, pooled over all
-  configurations, or given), or, with days of history (``by_day``), the new runs judged against the
-  spread between those days;
+- a test of "no change" on the (winsorized) log run values (``ratiotest``): Welch's t with the variance of
+  each side inflated by the correlation of back-to-back runs (measured from the runs themselves, pooled
+  over all configurations, or given); a paired t on the log ratios when baseline and new runs alternate in
+  time; or, with days of history (``by_day``), the new runs judged against the spread between those days;
 - error control over the whole comparison: the p-values of all configurations are Holm-adjusted
   (``family``), so the chance that a comparison reports any false REGRESSION is at most
   alpha = 1 - confidence however many configurations it holds;
@@ -33,7 +33,7 @@ from microbench.gate.family import holm
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import run_label, run_time
 from microbench.gate.metrics import higher_is_better
-from microbench.gate.ratiotest import RatioTest, block_test, run_correlation, run_test
+from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_test, run_correlation, run_test
 
 #: verdicts; a regression makes ``microbench compare`` exit 1 (an unconfirmed one with --fail-unconfirmed)
 REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED = (
@@ -47,6 +47,7 @@ class Side:
     values: list[float]
     labels: list[str]
     days: np.ndarray  #: a code per run for its UTC start day (runs without a time: one code each)
+    order: list[float]  #: start time (s since the epoch; inf when unknown) of each run
 
 
 @dataclass
@@ -122,9 +123,9 @@ def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None
     configs, runs, medians = per_run_medians(table.config[picked], table.run[picked], values[picked])
     labels = [run_label(run) for run in table.runs]
     times = [run_time(run) for run in table.runs]
+    stamps = [t.timestamp() if t else math.inf for t in times]
     rank = np.empty(len(table.runs), dtype=np.int64)
-    rank[sorted(range(len(labels)), key=lambda i: (times[i].timestamp() if times[i] else math.inf, labels[i]))] = \
-        np.arange(len(labels))
+    rank[sorted(range(len(labels)), key=lambda i: (stamps[i], labels[i]))] = np.arange(len(labels))
     days = np.unique([t.strftime("%Y-%m-%d") if t else lab for t, lab in zip(times, labels)] or [""],
                      return_inverse=True)[1]
     order = np.lexsort((rank[runs], configs))
@@ -133,7 +134,8 @@ def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None
     out: dict[ConfigKey, Side] = {}
     for a, b in zip(bounds[:-1], bounds[1:]):
         mine = runs[a:b]
-        out[table.configs[configs[a]]] = Side(medians[a:b].tolist(), [labels[r] for r in mine.tolist()], days[mine])
+        out[table.configs[configs[a]]] = Side(medians[a:b].tolist(), [labels[r] for r in mine.tolist()], days[mine],
+                                              [stamps[r] for r in mine.tolist()])
     return out
 
 
@@ -187,6 +189,8 @@ def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> R
         values = np.asarray(base.values)
         days = len(codes)
         test = block_test([float(np.median(values[inverse == d])) for d in range(days)], fresh.values, rho)
+    if test is None and alternate(base.order, fresh.order) and not math.isinf(max(base.order + fresh.order)):
+        test = paired_test(base.values, fresh.values)  # the i-th runs of the two sides are neighbours in time
     if test is None:
         test = run_test(base.values, fresh.values, rho)
     ratio = statistics.median(fresh.values) / statistics.median(base.values)

@@ -18,10 +18,10 @@ from microbench.sizes import format_size
 
 SHOWN_VERDICT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "noise", OK: "ok",
                  IMPROVED: "improved", IMPROVED_UNCONFIRMED: "improved?"}
-METHOD = ("ratio of medians of per-run values; Welch t-test on log run values with each side's variance "
-          "inflated for the lag-1 correlation of back-to-back runs (AR(1)), or with a lookback against the "
-          "spread between days; Holm adjustment over all rows; regression = beyond threshold and adjusted "
-          "p <= 1 - confidence")
+METHOD = ("ratio of medians of per-run values; Welch t-test on winsorized log run values with each side's "
+          "variance inflated for the lag-1 correlation of back-to-back runs (AR(1)); a paired t on log ratios "
+          "when the sides alternate in time; with a lookback, against the spread between days; Holm adjustment "
+          "over all rows; regression = beyond threshold and adjusted p <= 1 - confidence")
 
 
 @dataclass
@@ -58,8 +58,10 @@ def geometric_means(result: Comparison) -> list[GeoMean]:
 def header_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], lookback: int | None) -> list[str]:
     alpha = result.alpha
     worse = "falls" if higher_is_better(result.metric) else "rises"
+    methods = sorted({r.test.method for r in result.rows if r.test})
     test = (f"the new runs against the spread between the baseline's {lookback} latest days (t, days - 1 df)"
-            if lookback else "Welch t on log run values")
+            if lookback else "paired t on the log ratio of neighbouring runs (the sides alternate in time)"
+            if methods == ["pairs"] else "Welch t on log run values")
     return [
         f"# microbench compare: baseline {len(baseline)} run(s) ({time_span(baseline)}, "
         f"{', '.join(sorted({mpi_library(r) for r in baseline}))}), new {len(new)} run(s) ({time_span(new)}, "
