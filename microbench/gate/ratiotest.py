@@ -15,7 +15,8 @@ new batch is one more day: it carries a day's spread even when its own runs agre
 Runs taken in alternating pairs (baseline, new, baseline, new ... in start-time order): ``paired_test``,
 a t-test on the log ratio within each pair, where a spell that moves both runs of a pair cancels.
 
-Log values are winsorized (``robust_logs``) before any test: one starved launch must not decide a variance.
+Log values are winsorized (``robust_logs``) before any test, from 8 values on: one starved launch must not
+decide a variance.
 
 A batch-long spell on both sides looks exactly like a change; no test on those runs alone can tell
 them apart. Interleaving baseline and new runs, or judging against days of history, can.
@@ -75,11 +76,17 @@ def run_correlation(series: Sequence[Sequence[float]]) -> float:
     return min(MAX_RHO, max(0.0, num / den + bias / weight))
 
 
+#: fewest values that are winsorized: the MAD of fewer is too unstable to clip by (clipping 4-run sides
+#: raised same-code false alarms from 1 in 13 comparisons to 3 in 13 in bench_gate_errors)
+WINSORIZE_FROM = 8
+
+
 def robust_logs(values: Sequence[float]) -> np.ndarray:
-    """Log values with the wild ones pulled in to median +- 3 x 1.4826 x MAD (winsorized): a starved launch
-    (a p50 of 1,434 us among runs of 0.6 us was seen on a loaded machine) must not decide a variance."""
+    """Log values with the wild ones pulled in to median +- 3 x 1.4826 x MAD (winsorized) from 8 values on:
+    a starved launch (a p50 of 1,434 us among runs of 0.6 us, seen on a loaded machine) must not decide a
+    variance."""
     logs = np.log(np.asarray(values, dtype=float))
-    if len(logs) < 3:
+    if len(logs) < WINSORIZE_FROM:
         return logs
     mid = np.median(logs)
     spread = 3 * 1.4826 * np.median(np.abs(logs - mid))
