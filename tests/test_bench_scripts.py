@@ -49,3 +49,11 @@ def test_same_launch_alternates_the_reference_and_both_loops(tmp_path, mpi_lib, 
     for r in rows:
         assert set(r["mean_us"]) == {"c", "native", "python"} and min(r["mean_us"].values()) > 0
         assert set(r["ratio_to_c"]) == {"native", "python"} and min(r["ratio_to_c"].values()) > 0
+
+
+def test_cross_check_needs_an_omb_build(tmp_path):
+    # OMB is the user's own build; without one the script says so in one line (CI has no OMB)
+    (tmp_path / "osu_latency").write_text("not a program\n")  # not executable: not a program of OMB's
+    proc = run_process([sys.executable, str(REPO / "scripts" / "cross_check_omb.py"), "--omb-dir", str(tmp_path)])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"no OMB program with a microbench counterpart under {tmp_path}"

@@ -22,7 +22,7 @@ import numpy as np
 from microbench.gate.columns import Table
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import unique_labels
-from microbench.gate.metrics import OUTLIERS, UNITS, higher_is_better, threshold_what
+from microbench.gate.metrics import OUTLIERS, SKEW, UNITS, higher_is_better, threshold_what
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.table import size_text
 
@@ -183,7 +183,8 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
     lacking = sum(v is None for v in values)
     if lacking:
         field_name = f"latency_us.{stat}" if threshold.metric == "latency" else "an outliers list" \
-            if threshold.metric == OUTLIERS else f"{threshold.metric} from {stat}"
+            if threshold.metric == OUTLIERS else "stragglers.skew" if threshold.metric == SKEW \
+            else f"{threshold.metric} from {stat}"
         return Judgement(passed=False, detail=f"{lacking} of {len(values)} run(s) lack {field_name}", **base)
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
@@ -196,6 +197,8 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
     detail = f"{what} {value:.4g} {unit} {op} allowed {allowed:.4g} {unit}{tol}, {how}"
     if threshold.metric == OUTLIERS:
         detail += _outlier_links(table, by_run)
+    if threshold.metric == SKEW and not passed:
+        detail += _skewed_ranks(table, by_run)
     return Judgement(passed=passed, value=value, detail=detail, **base)
 
 
@@ -207,6 +210,38 @@ def _outlier_links(table: Table, by_run: RunGroups) -> str:
                       for o in table.extras.get(int(row), {}).get("outliers") or () if isinstance(o, dict)})
     shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in count.most_common()]
     return f"; flagged: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown else ""
+
+
+def _skewed_ranks(table: Table, by_run: RunGroups) -> str:
+    """``; slowest rank 3 on n01 (120 us), fastest rank 5 on n02 (40 us)``: each run's extremes, hosts named.
+    The stragglers blocks are not in the table (one per record): they are read back from the runs' files,
+    for failing skew judgements only."""
+    seen = []
+    for rows in by_run.groups():
+        for block in straggler_blocks(table, rows):
+            text = ", ".join(f"{side} rank {block[side]['rank']} on {block[side]['host']} "
+                             f"({block[side]['mean_us']:.4g} us)" for side in ("slowest", "fastest") if side in block)
+            odd = [f"{o['label']} ({o['side']})" for o in block.get("outliers") or ()]
+            text += f", standing out: {', '.join(odd)}" if odd else ""
+            if text and text not in seen:
+                seen.append(text)
+    return f"; {'; '.join(seen[:4])}{' ...' if len(seen) > 4 else ''}" if seen else ""
+
+
+def straggler_blocks(table: Table, rows: np.ndarray) -> list[dict]:
+    """The ``stragglers`` blocks of the records behind ``rows``, read from their runs' files."""
+    from microbench.gate import keys
+    from microbench.records import read_runs
+
+    out = []
+    for row in rows.tolist():
+        run = table.runs[table.run[row]]
+        wanted = table.configs[table.config[row]]
+        for found in read_runs([run.source]):
+            if found.run_id == run.run_id:
+                out += [r["stragglers"] for r in found.results
+                        if isinstance(r.get("stragglers"), dict) and keys.config_key(r) == wanted]
+    return out
 
 
 def _judge_check(key: ConfigKey, table: Table, by_run: RunGroups, run_ids: list[str]) -> Judgement:

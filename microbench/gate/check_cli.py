@@ -26,23 +26,34 @@ from microbench.pairs import PAIRS
 from microbench.sizes import format_size
 
 _CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
-                     "max_outliers": "outliers", "require_check": "check", "min_runs": "runs"}
+                     "max_outliers": "outliers", "max_rank_skew": "skew", "require_check": "check",
+                     "min_runs": "runs"}
 _MAX_VALUES_SHOWN = 5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", metavar="RESULTS",
+    p.add_argument("results", nargs="*", metavar="RESULTS",
                    help="JSONL result files or directories (every *.jsonl below them)")
     p.add_argument("--spec", required=True, metavar="SPEC.toml", help="acceptance spec (TOML list of [[rule]])")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON instead of the table")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one testcase per rule) for CI systems")
     p.add_argument("--failures-only", action="store_true",
                    help="table: show only the failing rows of each rule (verdict lines stay)")
+    p.add_argument("--emit-reframe-references", nargs="?", const="*", metavar="SYSTEM[:PARTITION]",
+                   help="print the spec as ReFrame references (JSON, for microbench.reframe tests) under "
+                        "this ReFrame scope (default *) and judge nothing; see docs/reframe.md")
     select.add_arguments(p)
 
 
 def main(args) -> int:
     spec = load_spec(args.spec)
+    if args.emit_reframe_references:
+        from microbench.reframe.references import emit
+
+        print(emit(spec, args.emit_reframe_references))
+        return 0
+    if not args.results:
+        raise UsageError("give the RESULTS to judge (JSONL files or directories)")
     table = load_table(args.results, stats=spec_stats(spec), selection=select.Selection.from_args(args))
     runs = table.runs
     outcomes = evaluate(spec, table)
@@ -142,4 +153,6 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     left = {headers.index(h) for h in ("benchmark", "backend", "options", "criterion", "per-run values")
             if h in headers}
     lines += render(headers, rows, left=sorted(left), indent="  ")
+    # max_rank_skew: a failure names the slowest and fastest ranks and their hosts
+    lines += [f"  FAIL  {j.message()}" for j in judgements if j.criterion == "max_rank_skew" and not j.passed]
     return lines

@@ -5,6 +5,7 @@ this). Per row: the run it belongs to (``run``, an index into ``runs``), its con
 index into ``configs``, each a ``keys.ConfigKey`` that includes the size), the size asked for
 (``requested``, -1 when the record does not say), the latency statistics read (``latency[stat]``, us, NaN
 when absent), the bandwidth inputs (``algbw_bytes``, ``busbw_factor``) and the recorded bandwidths (GB/s),
+the rank skew (``stragglers.skew``),
 and the data-check state (``check``, an index into ``check_states``). Pairs-test matrices and outliers
 are kept for their few rows only (``extras``). A run is a ``RunInfo``: its run line's report fields and
 end status. Nothing is one Python dictionary per record.
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from microbench.gate.keys import ConfigKey
-from microbench.gate.metrics import OUTLIERS
+from microbench.gate.metrics import OUTLIERS, SKEW
 from microbench.records import Run
 
 
@@ -44,6 +45,7 @@ class Table:
     busbw_factor: np.ndarray  #: float64 per row
     algbw_gbps: np.ndarray  #: float64 per row: the recorded algbw (GB/s)
     busbw_gbps: np.ndarray  #: float64 per row: the recorded busbw (GB/s)
+    skew: np.ndarray  #: float64 per row: stragglers.skew, slowest over fastest rank mean (NaN: none)
     check: np.ndarray  #: int16 per row: index into check_states
     check_states: list  #: the distinct ``check`` values (None, "pass", "fail", ...)
     extras: dict[int, dict] = field(default_factory=dict)  #: row -> pairs fields (matrix, labels, outliers)
@@ -83,6 +85,8 @@ class Table:
         return self._computed[(metric, stat)]
 
     def _values(self, metric: str, stat: str | None) -> np.ndarray:
+        if metric == SKEW:
+            return self.skew
         if metric == OUTLIERS:
             out = np.full(len(self), np.nan)
             for row, extra in self.extras.items():

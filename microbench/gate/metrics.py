@@ -8,6 +8,8 @@
   is exactly the recorded ``algbw_gbps``/``busbw_gbps``.
 - outliers (cells, specs only): the number of outlier cells a pairwise-link-test record (benchmark
   ``pairs``) flagged; no statistic applies.
+- skew (x, specs only): ``stragglers.skew``, the slowest rank's mean latency over the fastest rank's
+  (microbench.stragglers); no statistic applies.
 
 For ``pairs`` records the statistics are over the pairs, each pair's value being the p50 of its
 iterations: ``max`` is the slowest link (for the bandwidth matrix, the highest per-message time).
@@ -23,7 +25,8 @@ from microbench.errors import UsageError
 LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "slowest")
 METRICS = ("latency", "busbw", "algbw")  #: what compare and history can follow
 OUTLIERS = "outliers"  #: a spec-only metric: outlier cells of a pairs record
-UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "cells"}
+SKEW = "skew"  #: a spec-only metric: slowest over fastest per-rank mean latency
+UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "cells", SKEW: "x"}
 
 
 def check_metric(metric: str) -> str:
@@ -49,12 +52,14 @@ def threshold_what(metric: str, stat: str | None, source: str = "") -> str:
         return f"{stat} latency"
     if metric == OUTLIERS:
         return "outliers"
+    if metric == SKEW:
+        return "rank skew (slowest / fastest rank mean)"
     return f"{metric} (from {stat}{source})"
 
 
 def higher_is_better(metric: str) -> bool:
-    """False for latency and outliers (less is better), True for bandwidth."""
-    return metric not in ("latency", OUTLIERS)
+    """False for latency, outliers and skew (less is better), True for bandwidth."""
+    return metric not in ("latency", OUTLIERS, SKEW)
 
 
 def metric_value(result: dict, metric: str, stat: str) -> float | None:
@@ -62,6 +67,9 @@ def metric_value(result: dict, metric: str, stat: str) -> float | None:
     if metric == OUTLIERS:
         found = result.get("outliers")
         return float(len(found)) if isinstance(found, list) else None
+    if metric == SKEW:
+        skew = (result.get("stragglers") or {}).get("skew")
+        return float(skew) if isinstance(skew, (int, float)) else None
     latency = (result.get("latency_us") or {}).get(stat)
     if metric == "latency":
         return float(latency) if isinstance(latency, (int, float)) else None

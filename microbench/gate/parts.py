@@ -24,9 +24,10 @@ from microbench.gate.scan import RAW_JSON_FIELDS, RUN_FIELDS, Decoded, raw_prese
 
 #: every latency statistic a part keeps (us)
 PART_STATS = ("avg", "min", "max", "p10", "p50", "p90", "p99", "fastest", "slowest")
-NUMBERS = ("algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps")
+NUMBERS = ("algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps", "skew")  #: skew: stragglers.skew
 _raw_key = attrgetter(*keys.RAW_FIELDS)
-_GET = {name: attrgetter(name) for name in (*NUMBERS, *PART_STATS)}
+_GET = {name: attrgetter(name) for name in (*NUMBERS, *PART_STATS) if name != "skew"}
+_GET["skew"] = lambda rec: rec.stragglers.skew if rec.stragglers is not None else None
 _GET_LATENCY = attrgetter("latency_us")
 
 

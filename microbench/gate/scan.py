@@ -51,6 +51,10 @@ TYPED_FIELDS = {"type": Optional[str], "run_id": Optional[str], "time_utc": Opti
                 "algbw_gbps": Optional[float], "busbw_gbps": Optional[float]}
 
 
+#: Of a record's ``stragglers`` block only the skew (slowest over fastest rank mean) is read.
+_STRAGGLERS = msgspec.defstruct("Stragglers", [("skew", Optional[float], None)])
+
+
 @lru_cache(maxsize=16)
 def line_type(stats: tuple[str, ...]) -> type:
     """The struct one line decodes into: the union of run, result and end fields a gate tool reads, with
@@ -61,6 +65,7 @@ def line_type(stats: tuple[str, ...]) -> type:
     fields: list[tuple] = [(n, TYPED_FIELDS.get(n, Any), msgspec.UNSET if n in DERIVED_WHEN_ABSENT else None)
                            for n in names]
     fields.append(("latency_us", Optional[latency], msgspec.field(default_factory=latency)))
+    fields.append(("stragglers", Optional[_STRAGGLERS], None))
     fields += [(n, msgspec.Raw, NO_RAW) for n in RAW_JSON_FIELDS]
     return msgspec.defstruct("Line", fields)
 

@@ -107,5 +107,5 @@ class TableBuilder:
             config=config, size=sizes[config], requested=cols["requested"],
             latency={s: cols[s].astype(np.float64) for s in self.stats},
             algbw_bytes=cols["algbw_bytes"], busbw_factor=cols["busbw_factor"],
-            algbw_gbps=cols["algbw_gbps"], busbw_gbps=cols["busbw_gbps"],
+            algbw_gbps=cols["algbw_gbps"], busbw_gbps=cols["busbw_gbps"], skew=cols["skew"],
             check=cols["check"], check_states=list(self.check_codes), extras=self.extras)
