@@ -176,7 +176,7 @@ def test_pairs_outliers_fail_the_rule_and_name_the_link(tmp_path):
     assert not outcome.passed
     failing, = [j for j in outcome.judgements if not j.passed]
     assert failing.key.get("metric") == "latency" and failing.values == [0.0, 1.0]
-    assert "outliers 1 cells > allowed 0 cells" in failing.detail and "flagged: node1-node3 (1 run)" in failing.detail
+    assert "outliers 1 flagged > allowed 0 flagged" in failing.detail and "flagged: node1-node3 (1 run)" in failing.detail
     # the median of three runs forgives a link flagged once
     outcome, = judge(tmp_path / "c", spec.replace('"all"', '"median"'), healthy, bad_cable, healthy)
     assert outcome.passed
@@ -289,7 +289,7 @@ def test_cli_pairs_rule_table(tmp_path, capsys):
     assert "# pairs: statistics are over the links" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("8"))
     assert "metric=latency" not in row  # one configuration: no options column
-    assert row.split()[-8:] == ["outliers", "1", "1", "1", "cells", "<=", "0", "FAIL"]
+    assert row.split()[-8:] == ["outliers", "1", "1", "1", "flagged", "<=", "0", "FAIL"]
 
 
 def test_cli_unwritable_junit_is_a_usage_error(tmp_path, results_file, capsys):

@@ -203,11 +203,17 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
 
 
 def _outlier_links(table: Table, by_run: RunGroups) -> str:
-    """``; flagged: a-b (2 runs), ...``: the links pairs records flagged as outliers, with how many runs did."""
+    """``; flagged: a-b (2 runs), node n3 (1 run), ...``: the links and nodes pairs records flagged as outliers,
+    with how many runs did."""
     count: Counter[str] = Counter()
     for rows in by_run.groups():
-        count.update({"-".join(map(str, o.get("labels") or o.get("pair") or ())) for row in rows
-                      for o in table.extras.get(int(row), {}).get("outliers") or () if isinstance(o, dict)})
+        flagged = set()
+        for row in rows:
+            extra = table.extras.get(int(row), {})
+            flagged |= {"-".join(map(str, o.get("labels") or o.get("pair") or ()))
+                        for o in extra.get("outliers") or () if isinstance(o, dict)}
+            flagged |= {f"node {o.get('label')}" for o in extra.get("node_outliers") or () if isinstance(o, dict)}
+        count.update(flagged)
     shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in count.most_common()]
     return f"; flagged: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown else ""
 

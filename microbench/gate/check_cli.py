@@ -103,7 +103,8 @@ def report_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], f
               "# allowed = limit x (1 + tolerance) for latency, limit x (1 - tolerance) for bandwidth"]
     if any(PAIRS in o.rule.benchmarks for o in outcomes):
         lines.append("# pairs: statistics are over the links, each the p50 of its iterations (max latency = the "
-                     "slowest link); outliers: cells the run flagged (modified z-score over the links)")
+                     "slowest link); outliers: the links and nodes the run flagged (modified z-score over the "
+                     "links, and over each node's row median)")
     for outcome in outcomes:
         lines.append("")
         lines.extend(rule_lines(outcome, failures_only))
@@ -153,6 +154,7 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     left = {headers.index(h) for h in ("benchmark", "backend", "options", "criterion", "per-run values")
             if h in headers}
     lines += render(headers, rows, left=sorted(left), indent="  ")
-    # max_rank_skew: a failure names the slowest and fastest ranks and their hosts
-    lines += [f"  FAIL  {j.message()}" for j in judgements if j.criterion == "max_rank_skew" and not j.passed]
+    # max_rank_skew and max_outliers: a failure names the ranks, hosts, links and nodes that stood out
+    lines += [f"  FAIL  {j.message()}" for j in judgements
+              if j.criterion in ("max_rank_skew", "max_outliers") and not j.passed]
     return lines

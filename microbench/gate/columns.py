@@ -92,7 +92,7 @@ class Table:
             for row, extra in self.extras.items():
                 found = extra.get("outliers")
                 if isinstance(found, list):
-                    out[row] = len(found)
+                    out[row] = len(found) + len(extra.get("node_outliers") or ())
             return out
         latency = self.latency[stat]
         if metric == "latency":

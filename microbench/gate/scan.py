@@ -36,7 +36,7 @@ RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "ho
 #: Result fields besides the key and the latency statistics.
 RESULT_FIELDS = ("requested_bytes", "algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps", "check")
 #: Pairs-test fields, kept as raw JSON bytes and decoded only for the records that have them.
-RAW_JSON_FIELDS = ("outliers", "matrix", "labels", "participant_ranks")
+RAW_JSON_FIELDS = ("outliers", "node_outliers", "matrix", "labels", "participant_ranks")
 NO_RAW = msgspec.Raw(b"")  #: an absent raw field
 
 

@@ -14,7 +14,7 @@ max_latency_us = 50                          # judged on p50 unless stat = "avg"
 
 Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
 ``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
-the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier cells a matrix may flag);
+the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier links and nodes a matrix may flag);
 ``max_rank_skew`` (the slowest rank's mean latency over the fastest rank's, at least 1; failures name them);
 ``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
 or ``all``: how several runs of one configuration are judged); ``min_runs``; ``require_check``.
