@@ -6,8 +6,8 @@ The bandwidth cells of node2's links come out 10 to 90 times below the others.
 - Bandwidth outliers are judged on the reciprocal of each cell (the time per byte): in GB/s, which is bounded
   below by 0, a link spread (MAD) above 0.6745 / 3.5 = 19 % of the median put the low threshold below zero
   and no link, not even a dead one, could be flagged. The measured matrices below pin that.
-- ``check``'s ``max_outliers`` counts the link outliers only, never ``node_outliers``: with 4 nodes a slow node
-  spoils half the links, so only the node rule can see it, and check passes it (pinned by a strict xfail).
+- ``check``'s ``max_outliers`` counts outlier nodes as well as links: with 4 nodes a slow node spoils half the
+  links, so only the node rule can see it, and the check must fail and name it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from microbench import pairs
 
 SLOW, RATE_MBIT = "node2", 50
 SPEC = REPO / "scripts" / "specs" / "emulated-cluster.toml"
-CHECK_IGNORES_NODES = "check's max_outliers counts link outliers only, never node_outliers"
 
 # Bandwidth matrices (GB/s, 64 KiB, window 8) measured on the emulated cluster with node2 at 50 Mbit/s.
 MEASURED_4_NODES = [[None, 0.549, 0.006, 0.119], [0.549, None, 0.006, 0.179], [0.006, 0.006, None, 0.006],
@@ -118,7 +117,6 @@ def test_check_fails_the_throttled_cluster_on_its_slowest_link(throttled_runs):
     assert "rule 2 FAIL: slowest link above 160 Mbit/s" in out
 
 
-@pytest.mark.xfail(strict=True, reason=CHECK_IGNORES_NODES)
 def test_check_names_the_throttled_node(throttled_runs):
     code, out = _check(throttled_runs[4])
     assert code == 1 and "rule 1 FAIL: no link stands out" in out and SLOW in out, out

@@ -6,8 +6,9 @@
 - algbw (GB/s, 1 GB = 1e9 B) = S / latency[stat], busbw = algbw x factor, with S (``algbw_bytes``) and the
   factor (``busbw_factor``) as the record states them (nccl-tests' definitions). With stat ``avg`` this
   is exactly the recorded ``algbw_gbps``/``busbw_gbps``.
-- outliers (cells, specs only): the number of outlier cells a pairwise-link-test record (benchmark
-  ``pairs``) flagged; no statistic applies.
+- outliers (specs only): what a pairwise-link-test record (benchmark ``pairs``) flagged: its outlier links
+  (cells) plus its outlier nodes (participants whose row median stands out: a slow node spoils its whole row,
+  which with few nodes hides it from the cell rule); no statistic applies.
 - skew (x, specs only): ``stragglers.skew``, the slowest rank's mean latency over the fastest rank's
   (microbench.stragglers); no statistic applies.
 
@@ -26,7 +27,7 @@ LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "sl
 METRICS = ("latency", "busbw", "algbw")  #: what compare and history can follow
 OUTLIERS = "outliers"  #: a spec-only metric: outlier cells of a pairs record
 SKEW = "skew"  #: a spec-only metric: slowest over fastest per-rank mean latency
-UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "cells", SKEW: "x"}
+UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "flagged", SKEW: "x"}
 
 
 def check_metric(metric: str) -> str:
@@ -66,7 +67,7 @@ def metric_value(result: dict, metric: str, stat: str) -> float | None:
     """The metric of one result record from latency statistic ``stat``; None when the record lacks it."""
     if metric == OUTLIERS:
         found = result.get("outliers")
-        return float(len(found)) if isinstance(found, list) else None
+        return float(len(found) + len(result.get("node_outliers") or ())) if isinstance(found, list) else None
     if metric == SKEW:
         skew = (result.get("stragglers") or {}).get("skew")
         return float(skew) if isinstance(skew, (int, float)) else None

@@ -14,7 +14,7 @@ max_latency_us = 50                          # judged on p50 unless stat = "avg"
 
 Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
 ``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
-the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier cells a matrix may flag);
+the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier links and nodes a matrix may flag);
 ``max_rank_skew`` (the slowest rank's mean latency over the fastest rank's, at least 1; failures name them);
 ``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
 or ``all``: how several runs of one configuration are judged); ``min_runs``; ``require_check``.
@@ -103,14 +103,9 @@ class Rule:
         """The statistic a threshold on ``metric`` judges (None for outliers, a count of cells)."""
         return None if metric in (OUTLIERS, SKEW) else self.stat or default_stat(metric)
 
-    def matches(self, result: dict) -> bool:
-        """Whether a result record falls under this rule (benchmark, sizes and filters)."""
-        if result.get("benchmark") not in self.benchmarks:
-            return False
-        if self.sizes is not None and not (
-                result.get("size_bytes") in self.sizes or result.get("requested_bytes") in self.sizes):
-            return False
-        return all(keys.field_value(result, k) == v for k, v in self.filters.items())
+    def matches_config(self, key: keys.ConfigKey) -> bool:
+        """Whether a configuration falls under this rule's benchmarks and filters (sizes aside)."""
+        return key.benchmark in self.benchmarks and all(key.get(k) == v for k, v in self.filters.items())
 
     def criteria_text(self) -> str:
         parts = []
