@@ -20,9 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from microbench.gate.load import load_runs
 from microbench.htmlreport.figures import benchmarks_in, collect
-from microbench.htmlreport.runs import run_names
+from microbench.htmlreport.loaded import Loaded, load
 
 
 def sizes(path: Path) -> tuple[int, int]:
@@ -30,14 +29,13 @@ def sizes(path: Path) -> tuple[int, int]:
     return len(data), len(gzip.compress(data, 9))
 
 
-def curves(runs) -> list[tuple[str, list]]:
+def curves(loaded: Loaded) -> list[tuple[str, list]]:
     """(benchmark, [(label, sizes, latency us, busbw GB/s)]) for every benchmark, as the report draws them."""
-    names = run_names(runs)
     out = []
-    for bench in benchmarks_in(runs):
-        drawn, _ = collect(runs, names, bench, "p50")
-        out.append((bench, [(names[d.run] if d.run is not None else "median", d.series.sizes, d.series.latency,
-                             d.series.bandwidth) for d in drawn]))
+    for bench in benchmarks_in(loaded.table):
+        drawn, _ = collect(loaded, bench, "p50")
+        out.append((bench, [(loaded.names[c.run] if c.run is not None else "median", c.sizes, c.latency, c.busbw)
+                            for c in drawn]))
     return out
 
 
@@ -84,8 +82,8 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out_dir or tempfile.mkdtemp(prefix="report-size-"))
     out.mkdir(parents=True, exist_ok=True)
-    runs = load_runs(args.results)
-    data = curves(runs)
+    loaded = load(args.results)
+    data = curves(loaded)
     rows = []
     cmd = [sys.executable, "-m", "microbench"]
     subprocess.run([*cmd, "report", *args.results, "-o", str(out / "report.html")], check=True, capture_output=True)
@@ -101,7 +99,8 @@ def main() -> int:
             rows.append((f"{name}: not installed ({exc.name})", 0, 0))
             continue
         rows.append((name, *sizes(out / f"{name.split(',')[0]}.html")))
-    print(f"# {len(runs)} run(s), {sum(len(s) for _, s in data)} series over {len(data)} benchmark(s); files in {out}")
+    print(f"# {len(loaded.order)} run(s), {sum(len(s) for _, s in data)} series over {len(data)} benchmark(s); "
+          f"files in {out}")
     print(f"{'what':<48}{'bytes':>12}{'gzip -9':>12}")
     for what, raw, packed in rows:
         print(f"{what:<48}{raw:>12,}{packed:>12,}")

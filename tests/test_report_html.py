@@ -15,7 +15,7 @@ from microbench import report as terminal
 from microbench.cli import main as microbench_main
 from microbench.gate.check import evaluate
 from microbench.gate.compare import compare
-from microbench.gate.load import load_runs
+from microbench.gate.load import load_table
 from microbench.gate.spec import load_spec
 from microbench.htmlreport.page import asset
 from microbench.sizes import format_size
@@ -110,7 +110,7 @@ def test_imported_records_show_what_exists_and_say_what_is_missing(page, inputs)
 def test_check_verdicts_per_rule_with_reasons(page, inputs):
     _, _, root = page
     spec = load_spec(inputs.spec)
-    outcomes = evaluate(spec, load_runs([inputs.new]))
+    outcomes = evaluate(spec, load_table([inputs.new]))
     assert [o.passed for o in outcomes] == [True, False, False]
     section = root.find(id="check")
     blocks = section.find_all("div", cls="rule")
@@ -128,7 +128,7 @@ def test_check_verdicts_per_rule_with_reasons(page, inputs):
 
 def test_compare_rows_are_the_gates(page, inputs):
     _, _, root = page
-    result = compare(load_runs([inputs.baseline]), load_runs([inputs.new]), "latency", "p50", 0.05)
+    result = compare(load_table([inputs.baseline]), load_table([inputs.new]), "latency", "p50", 0.05)
     rows = root.find(id="compare").find("table").find("tbody").find_all("tr")
     assert len(rows) == len(result.rows) > 0
     for tr, row in zip(rows, result.rows):
@@ -143,14 +143,15 @@ def test_a_known_regression_shows_with_its_interval(tmp_path):
                      prefix="n", day=2)
     out = tmp_path / "r.html"
     assert microbench_main(["report", str(tmp_path / "new"), "-o", str(out), "--baseline", str(tmp_path / "base")]) == 0
-    result = compare(load_runs([tmp_path / "base"]), load_runs([tmp_path / "new"]))
+    result = compare(load_table([tmp_path / "base"]), load_table([tmp_path / "new"]))
     rows = parse(out.read_text()).find(id="compare").find("tbody").find_all("tr")
     verdicts = {(tr.find_all("td")[1].text, tr.find_all("td")[0].text): tr for tr in rows}
     for row in result.rows:
         tr = verdicts[(row.key.benchmark, format_size(row.key.size_bytes))]
         cells = [td.all_text() for td in tr.find_all("td")]
-        assert cells[10] == f"[{row.interval.low:.3f}, {row.interval.high:.3f}]"
-        assert cells[12] == ("REGRESSION" if row.key.size_bytes == 8 else "ok")
+        assert cells[10] == f"[{row.interval[0]:.3f}, {row.interval[1]:.3f}]"
+        assert cells[11] == f"{row.p_adjusted:.3g}"
+        assert cells[13] == ("REGRESSION" if row.key.size_bytes == 8 else "ok")
         assert ("bad" in tr.classes) == (row.key.size_bytes == 8)
 
 
@@ -178,7 +179,21 @@ def test_history_has_one_point_per_run(page, inputs):
                           if r["size_bytes"] == size)
         assert len(values) == len(recorded) == 2
         assert all(close(f"{v:.6g}", w) for v, w in zip(values, recorded))
-    assert "1 run(s) have no p50 latency and are not in its history" in root.find(id="history").all_text()
+    assert "1 run(s) have no p50 latency and are not in the history" in root.find(id="history").all_text()
+
+
+def test_history_lists_the_gates_steps(tmp_path):
+    path = tmp_path / "n.jsonl"
+    for i in range(10):
+        p50 = 10.0 * (1.5 if i >= 5 else 1.0) * synth.JITTER[i]
+        synth.write_run(path, [synth.result("allreduce", 8, p50)], run_id=f"n{i}",
+                        time_utc=f"2026-11-{i + 1:02d}T07:00:00Z")
+    out = tmp_path / "r.html"
+    assert microbench_main(["report", str(path), "-o", str(out)]) == 0
+    text = parse(out.read_text()).find(id="history").all_text()
+    step = [line for line in text.split("step in ")[1:]][0]
+    assert step.startswith("allreduce 8: x1.5") and "from n5 (2026-11-06 07:00), worse" in step
+    assert "no recorded condition changed" in step
 
 
 def test_heatmaps_frame_the_records_outliers(page):

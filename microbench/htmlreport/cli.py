@@ -21,10 +21,11 @@ from microbench.errors import UsageError
 from microbench.gate.compare import compare
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.check import evaluate
-from microbench.gate.load import load_runs, run_time, time_span
+from microbench.gate.load import load_table, time_span
 from microbench.gate.metrics import LATENCY_STATS
 from microbench.gate.spec import load_spec
 from microbench.htmlreport import figures, heatmaps, history, page, runs as runs_part, verdicts, workload
+from microbench.htmlreport.loaded import Loaded, load
 from microbench.htmlreport.markup import Section
 
 
@@ -52,19 +53,19 @@ def _out_path(text: str) -> Path:
     return path
 
 
-def build_sections(args, runs, names) -> list[Section]:
+def build_sections(args, loaded: Loaded) -> list[Section]:
     """Every part of the page, in reading order; optional parts only when their input was given."""
-    sections = [runs_part.section(runs, names)]
+    sections = [runs_part.section(loaded)]
     if args.spec:
         spec = load_spec(args.spec)
-        sections.append(verdicts.check_section(spec, evaluate(spec, runs)))
+        sections.append(verdicts.check_section(spec, evaluate(spec, loaded.table)))
     if args.baseline:
-        baseline = load_runs(args.baseline, "baseline")
-        result = compare(baseline, runs, "latency", args.stat, args.threshold)
-        sections.append(verdicts.compare_section(result, runs_part.run_names(baseline), names))
-    sections.append(figures.section(runs, names, args.stat))
-    sections.append(history.section(runs, names, args.stat))
-    pairs = heatmaps.section(runs, names)
+        baseline = load_table(args.baseline, "baseline", stats=[args.stat])
+        result = compare(baseline, loaded.table, "latency", args.stat, args.threshold)
+        sections.append(verdicts.compare_section(result, len(baseline.used_runs()), len(loaded.order)))
+    sections.append(figures.section(loaded, args.stat))
+    sections.append(history.section(loaded, args.stat))
+    pairs = heatmaps.section(loaded)
     if pairs:
         sections.append(pairs)
     if args.workload:
@@ -74,14 +75,14 @@ def build_sections(args, runs, names) -> list[Section]:
 
 def main(args) -> int:
     out = _out_path(args.out)
-    runs = sorted(load_runs(args.results), key=lambda r: (run_time(r) is None, run_time(r) or 0))
-    names = runs_part.run_names(runs)
     if args.workload:
         workload.load(args.workload)  # bad input ends here, before any work
     if args.spec:
         load_spec(args.spec)
-    sections = build_sections(args, runs, names)
-    title = args.title or f"microbench report: {len(runs)} run(s), {time_span(runs)}"
+    loaded = load(args.results)
+    sections = build_sections(args, loaded)
+    title = args.title or f"microbench report: {len(loaded.order)} run(s), " \
+        f"{time_span([loaded.table.runs[i] for i in loaded.order])}"
     html = page.document(title, [*args.results, *(["--baseline", *args.baseline] if args.baseline else [])],
                          sections)
     try:

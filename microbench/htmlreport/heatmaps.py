@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from microbench import pairs as link_test
 from microbench.htmlreport.markup import Section, el, empty, esc, notes, svg_root, text_el
-from microbench.records import Run
+from microbench.htmlreport.loaded import Loaded
 
 CELL_MAX, GRID_MAX, LABEL_W = 44, 520, 90
 COLORMAP = "YlOrRd"
@@ -91,12 +91,12 @@ def _one(rec: dict, run_name: str) -> tuple[str, list[str]]:
     return el("div", body, class_="figure-group pairs"), lines
 
 
-def section(runs: list[Run], names: list[str]) -> Section | None:
+def section(loaded: Loaded) -> Section | None:
     blocks, outliers = [], 0
-    for run, name in zip(runs, names):
-        for rec in run.results:
+    for i in loaded.order:
+        for rec in loaded.full[i].results:
             if rec.get("benchmark") == link_test.PAIRS and isinstance(rec.get("matrix"), list) and rec["matrix"]:
-                html, _ = _one(rec, name)
+                html, _ = _one(rec, loaded.names[i])
                 blocks.append(html)
                 outliers += len(record_outliers(rec)[0])
     if not blocks:

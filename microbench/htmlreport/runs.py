@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from microbench.gate.load import mpi_library, run_time, unique_labels
+from microbench.gate.load import mpi_library
+from microbench.htmlreport.loaded import Loaded
 from microbench.htmlreport.markup import Section, details, el, esc, notes, table, text_el
 from microbench.pairs import PAIRS
 from microbench.records import Run
@@ -12,15 +13,6 @@ from microbench.records import Run
 #: Latency statistics and bandwidths whose absence the report states (imported logs often lack them).
 EXPECTED = (("latency_us.p50", "p50 latency"), ("latency_us.p99", "p99 latency"), ("latency_us.avg", "avg latency"),
             ("busbw_gbps", "busbw"), ("algbw_gbps", "algbw"))
-
-
-def run_names(runs: list[Run]) -> list[str]:
-    """A unique name per run for legends and tables: its id (or file), and its start time to the minute."""
-    names = []
-    for label, run in zip(unique_labels(runs), runs):
-        when = run_time(run)
-        names.append(f"{label} ({when:%Y-%m-%d %H:%M})" if when else f"{label} (no time)")
-    return names
 
 
 def source_tool(run: Run) -> str:
@@ -92,27 +84,25 @@ def _detail_rows(run: Run) -> str:
     return table(["field", "value"], rows, class_="kv")
 
 
-def section(runs: list[Run], names: list[str]) -> Section:
+def section(loaded: Loaded) -> Section:
     """The table of runs, a details block per run, and what their records lack."""
-    rows, lacking = [], []
-    order = range(len(runs))  # the caller's order (the report's: by start time)
-    for i in order:
-        run, meta = runs[i], runs[i].meta
+    rows, lacking, names = [], [], loaded.names
+    for i in loaded.order:
+        run, meta = loaded.full[i], loaded.full[i].meta
         status = (run.end or {}).get("status", "no end line")
         benches = sorted({str(r.get("benchmark")) for r in run.results})
         rows.append([esc(names[i]), esc(source_tool(run)), esc(status), esc(meta.get("ranks", "-")),
                      esc(hosts_text(meta)), esc(meta.get("backend") or "-"), esc(_libraries(run)),
                      esc(_device(meta)), esc(_conditions(meta)), esc(f"{len(run.results)}: {', '.join(benches)}")])
         lacking += [f"{names[i]} ({source_tool(run)}): no {m}" for m in missing_fields(run)]
+    incomplete = [(loaded.full[i].end or {}).get("status") != "complete" for i in loaded.order]
     html = table(["run", "measured by", "status", "ranks", "hosts", "backend", "libraries", "device", "conditions",
-                  "results"], rows, numeric=[3],
-                 row_classes=["warn" if (runs[i].end or {}).get("status") != "complete" else None for i in order])
+                  "results"], rows, numeric=[3], row_classes=["warn" if bad else None for bad in incomplete])
     html += details("every run's metadata (command, versions, conditions, options, source)",
-                    "".join(text_el("h4", names[i]) + _detail_rows(runs[i]) for i in order))
+                    "".join(text_el("h4", names[i]) + _detail_rows(loaded.full[i]) for i in loaded.order))
     if lacking:
         html += text_el("h3", "What the records lack") + text_el(
             "p", "Shown as '-' in tables and left out of figures; a figure whose statistic a run lacks falls back "
                  "to avg for that run and says so.") + notes(lacking)
-    incomplete = sum((r.end or {}).get("status") != "complete" for r in runs)
-    status = f"{len(runs)} run(s)" + (f", {incomplete} not complete" if incomplete else "")
-    return Section("runs", "Runs", html, status, None if not incomplete else False)
+    status = f"{len(loaded.order)} run(s)" + (f", {sum(incomplete)} not complete" if any(incomplete) else "")
+    return Section("runs", "Runs", html, status, None if not any(incomplete) else False)

@@ -1,7 +1,7 @@
 """Verdicts: ``microbench check`` per rule with its reasons, ``microbench compare`` with its intervals.
 
-Both come from the gate itself (``gate.check.evaluate``, ``gate.compare.compare``); this module only lays
-them out. The interval glyph of a compare row draws, on a log axis shared by the table: the band
+Both come from the gate itself (``gate.check.evaluate``, ``gate.compare.compare``, on the gate's table);
+this module only lays them out. The interval glyph of a compare row draws, on a log axis shared by the table: the band
 1 +- threshold (grey), 1 (a line), the confidence interval of the ratio (a bar) and the ratio (a dot).
 """
 
@@ -90,7 +90,7 @@ def check_section(spec: Spec, outcomes: list[RuleOutcome]) -> Section:
 def _glyph_scale(result: Comparison) -> tuple[float, float]:
     values = [1 - result.threshold, 1 + result.threshold]
     for r in result.rows:
-        values += [r.ratio] + ([r.interval.low, r.interval.high] if r.interval else [])
+        values += [r.ratio] + (list(r.interval) if r.interval else [])
     values = [v for v in values if v > 0]
     return math.log(min(values)) - 0.05, math.log(max(values)) + 0.05
 
@@ -119,42 +119,46 @@ def _compare_rows(result: Comparison) -> tuple[list[list[str]], list[str | None]
     domain = _glyph_scale(result)
     rows, classes = [], []
     for r in result.rows:
-        iv = r.interval
+        low, high = r.interval if r.interval else (None, None)
         verdict = _VERDICT_TEXT.get(r.verdict, r.verdict)
-        ci = f"[{iv.low:.3f}, {iv.high:.3f}]" if iv else "too few runs"
-        tip = f"ratio {r.ratio:.4f}, {result.confidence * 100:g} % CI {ci}, {verdict}"
+        ci = f"[{low:.3f}, {high:.3f}]" if r.interval else "too few runs"
+        p = "-" if r.p_adjusted is None else f"{r.p_adjusted:.3g}"
+        tip = f"ratio {r.ratio:.4f}, interval {ci}, adjusted p {p}, {verdict}"
         rows.append([esc(format_size(r.key.size_bytes)), esc(r.key.benchmark), esc(r.key.get("ranks")),
                      esc(r.key.get("backend")), esc(keys.describe_options(r.key, shown)), esc(num(r.baseline_median)),
                      esc(len(r.baseline)), esc(num(r.new_median)), esc(len(r.new)), esc(f"{r.ratio:.3f}"), esc(ci),
-                     interval_glyph(r.ratio, iv.low if iv else None, iv.high if iv else None, result.threshold,
-                                    r.verdict, domain, tip),
+                     esc(p), interval_glyph(r.ratio, low, high, result.threshold, r.verdict, domain, tip),
                      badge(verdict, None if r.verdict in (OK, NOISE) else r.verdict not in _BAD)])
         classes.append("bad" if r.verdict in _BAD else None)
     return rows, classes
 
 
-def compare_section(result: Comparison, baseline_names: list[str], new_names: list[str]) -> Section:
+def compare_section(result: Comparison, baseline_runs: int, new_runs: int) -> Section:
     unit = UNITS[result.metric]
-    conf = f"{result.confidence * 100:g} %"
-    how = text_el("p", f"Baseline: {len(baseline_names)} run(s); new: the {len(new_names)} run(s) of this report. "
-                  f"Per-run value: {explain(result.metric, result.stat)}. ratio = median(new) / median(baseline); "
-                  f"{conf} interval distribution-free over runs (Mann-Whitney / Hodges-Lehmann). REGRESSION: worse "
-                  f"by more than {result.threshold * 100:g} % with an interval that excludes 1; regression?: beyond "
-                  "the threshold with too few runs to judge; noise: beyond it, the interval holds 1. The glyph: grey "
-                  f"band 1 +- threshold, line at 1, bar the interval, dot the ratio (log axis).", class_="how")
+    level = f"{result.interval_confidence * 100:.4g} %"
+    how = text_el("p", f"Baseline: {baseline_runs} run(s); new: the {new_runs} run(s) of this report. Per-run "
+                  f"value: {explain(result.metric, result.stat)}. ratio = median(new) / median(baseline); microbench "
+                  "compare's test of no change on the runs' log values (Welch t with variances inflated for "
+                  "back-to-back runs, or paired when the sides alternate in time), p-values Holm-adjusted over "
+                  f"the table; the interval is for the ratio of geometric means at {level} (all hold together at "
+                  f"{result.confidence * 100:g} %). REGRESSION: worse by more than {result.threshold * 100:g} % and "
+                  f"adjusted p <= {result.alpha:.3g}; regression?: beyond the threshold with too few runs to test; "
+                  "noise: beyond it, not significant. The glyph: grey band 1 +- threshold, line at 1, bar the "
+                  "interval, dot the ratio (log axis).", class_="how")
     if not result.rows:
         return Section("compare", "Compare with the baseline",
                        how + text_el("p", "Nothing to compare: no configuration was measured on both sides."),
                        "nothing compared", None)
     rows, classes = _compare_rows(result)
     html = how + table(["size", "benchmark", "ranks", "backend", "options", f"baseline ({unit})", "runs",
-                        f"new ({unit})", "runs", "ratio", f"{conf} CI", "interval", "verdict"], rows,
-                       numeric=[0, 2, 5, 6, 7, 8, 9], row_classes=classes)
+                        f"new ({unit})", "runs", "ratio", f"{level} interval", "adjusted p", "interval",
+                        "verdict"], rows, numeric=[0, 2, 5, 6, 7, 8, 9, 11], row_classes=classes)
     only = [f"{len(keys_)} configuration(s) only in {side}: " + ", ".join(
         f"{k.benchmark} {format_size(k.size_bytes)}" for k in keys_[:10]) + (" ..." if len(keys_) > 10 else "")
         for side, keys_ in (("the baseline", result.only_baseline), ("the new runs", result.only_new)) if keys_]
     html += notes(only)
-    bad = result.count(REGRESSION) + result.count(UNCONFIRMED)
+    bad = result.count(REGRESSION)
     counts = ", ".join(f"{result.count(v)} {_VERDICT_TEXT.get(v, v)}" for v in
                        (REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED) if result.count(v))
-    return Section("compare", "Compare with the baseline", html, f"{len(result.rows)} compared: {counts}", not bad)
+    good = False if bad else None if result.count(UNCONFIRMED) else True  # unconfirmed: not judged either way
+    return Section("compare", "Compare with the baseline", html, f"{len(result.rows)} compared: {counts}", good)
