@@ -8,6 +8,7 @@ import io
 import json
 import os
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Callable
 
@@ -61,13 +62,36 @@ def json_line(record: dict) -> str:
     return json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
 
 
+class _FileLock:
+    """The writer's reentrant lock; when a thread's outermost hold ends, ``on_release`` runs (lock released)."""
+
+    def __init__(self, on_release: Callable[[], None]):
+        self._lock = threading.RLock()
+        self._depth = threading.local()
+        self._on_release = on_release
+
+    def __enter__(self) -> "_FileLock":
+        self._lock.acquire()
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._depth.n -= 1
+        outermost = self._depth.n == 0
+        self._lock.release()
+        if outermost:
+            self._on_release()
+
+
 class Output:
     """The single writer. Only rank 0 creates one; ``table`` receives (kind, record) for the terminal.
 
     Thread-safe: the main thread writes results while the signal thread or the watchdog may close the run at
-    any moment. Every write holds ``lock`` (reentrant), and once the end record is written nothing follows it;
-    a caller that must write a record and update its own state as one step (a soak cycle) holds ``lock``
-    around both."""
+    any moment. Every file write holds ``lock`` (reentrant), and once the end record is written nothing follows
+    it; a caller that must write a record and update its own state as one step (a soak cycle) holds ``lock``
+    around both. The terminal table is shown only after the lock is released, by one thread at a time, and
+    never waited for: a write to a full stdout pipe (a launcher that stopped reading it after a SIGTERM) must not
+    keep the signal thread from writing the end record before the launcher's SIGKILL."""
 
     def __init__(self, jsonl_path: str | None = None, csv_path: str | None = None,
                  table: Callable[[str, dict], None] | None = None, samples_path: str | None = None):
@@ -78,18 +102,33 @@ class Output:
         self._table = table
         self.results: list[dict] = []
         self.closed = False
-        self.lock = threading.RLock()
+        self.lock = _FileLock(self._display)
+        self._pending: deque[tuple[str, dict]] = deque()
+        self._displaying = threading.Lock()
 
     def _json(self, record: dict) -> None:
         if self._jsonl:
             self._jsonl.write(json_line(record))
 
     def _show(self, kind: str, record: dict) -> None:
+        """Queue a line for the table (shown by ``_display`` once the file lock is released)."""
         if self._table:
-            self._table(kind, record)
+            self._pending.append((kind, record))
+
+    def _display(self) -> None:
+        """Show the queued table lines, unless another thread is showing them now (it shows these too)."""
+        while self._pending and self._displaying.acquire(blocking=False):
+            try:
+                while self._pending:
+                    self._table(*self._pending.popleft())
+            finally:
+                self._displaying.release()
 
     def run(self, meta: dict) -> None:
+        """A run record; it opens the run (``microbench import`` writes several runs, each ending in its own
+        end record, through one writer)."""
         with self.lock:
+            self.closed = False
             self._json(meta)
             self._show("run", meta)
 
