@@ -33,6 +33,7 @@ class Measurement:
     iterations: int
     warmup: int
     check_errors: int | None  #: mismatched elements over all checked iterations (None: not checked)
+    overlap: object | None = None  #: non-blocking benchmarks: the overlapped iterations (overlap.OverlapMeasurement)
 
 
 @dataclass

@@ -57,6 +57,10 @@ class RunOptions:
     stage_host: bool = False  #: MPI without CUDA support: copy device buffers through the host (timed)
     cuda_graph: bool = False
     gpus_per_node: int | None = None
+    compute_ratio: float | None = None  #: non-blocking: compute R x t_pure (default 1 when --compute-us is not given)
+    compute_us: float | None = None  #: non-blocking: compute this many us at every size
+    num_tests: int = 0  #: non-blocking: completion tests spread through the compute
+    kernel: str = "flops"  #: non-blocking: flops | stream | gemm (--kernel auto: gemm for torch on CUDA, else flops)
 
     def sizes_for(self, benchmark: str) -> list[int]:
         """The sizes one benchmark sweeps (the workload's, with --sizes-from)."""
@@ -87,7 +91,7 @@ class RunOptions:
                    pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
-                   gpus_per_node=args.gpus_per_node)
+                   gpus_per_node=args.gpus_per_node, **_overlap_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -152,6 +156,33 @@ def _check_values(args, benchmarks: list[str]) -> None:
         raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
     if args.timeout < 0:
         raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
+
+
+def _overlap_options(args, benchmarks: list[str]) -> dict:
+    """--compute-ratio, --compute-us, --num-tests and --kernel, checked (they apply to non-blocking benchmarks)."""
+    given = [f for f, v in (("--compute-ratio", args.compute_ratio), ("--compute-us", args.compute_us),
+                            ("--num-tests", args.num_tests or None), ("--kernel", args.kernel)) if v is not None]
+    if given and not any(COLLECTIVES[b].nonblocking for b in benchmarks):
+        raise UsageError(f"{given[0]} applies to the non-blocking benchmarks "
+                         f"({', '.join(c.name for c in COLLECTIVES.values() if c.nonblocking)})")
+    if args.compute_ratio is not None and args.compute_us is not None:
+        raise UsageError("--compute-ratio and --compute-us both set the compute time; give one")
+    for flag, value in (("--compute-ratio", args.compute_ratio), ("--compute-us", args.compute_us)):
+        if value is not None and not value >= 0:
+            raise UsageError(f"{flag} must be 0 or more (got {value})")
+    if args.num_tests < 0:
+        raise UsageError(f"--num-tests must be 0 or more (got {args.num_tests})")
+    cuda_torch = args.backend == "torch" and args.device == "cuda"
+    kernel = args.kernel if args.kernel not in (None, "auto") else ("gemm" if cuda_torch else "flops")
+    if kernel == "gemm" and not cuda_torch:
+        raise UsageError("--kernel gemm runs on the GPU: it needs --backend torch --device cuda")
+    if kernel in ("flops", "stream") and cuda_torch:
+        raise UsageError(f"--kernel {kernel} is a host kernel; torch on CUDA overlaps with a GEMM (--kernel gemm)")
+    if args.cuda_graph and any(COLLECTIVES[b].nonblocking for b in benchmarks):
+        raise UsageError("--cuda-graph cannot capture the non-blocking benchmarks (their completion is tested "
+                         "from the host)")
+    ratio = args.compute_ratio if args.compute_ratio is not None else (None if args.compute_us is not None else 1.0)
+    return {"compute_ratio": ratio, "compute_us": args.compute_us, "num_tests": args.num_tests, "kernel": kernel}
 
 
 def _resolve_buffer(args) -> str:

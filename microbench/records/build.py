@@ -53,6 +53,7 @@ class Figures:
     warmup: int
     huge_page_bytes: int
     wall_s: float
+    overlap: dict | None = None  #: non-blocking benchmarks: overlap_stats.summarize
 
 
 def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
@@ -128,6 +129,8 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         record["staged"] = True
     if loop.graph:
         record["cuda_graph"] = loop.graph
+    if figures.overlap:
+        record["overlap"] = figures.overlap
     if coll.rooted:
         record["root"] = opts.root
     if coll.point_to_point:
