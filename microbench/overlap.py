@@ -13,7 +13,8 @@ After the engine has timed t_pure (post then wait, back to back: the record's ``
 
 Per rank, from its means: OMB's overlap = max(0, 100 - 100 (overall - compute) / pure) (compute without the
 tests, which OMB counts as communication); IMB's overlap = 100 max(0, min(1, (pure + compute - overall) /
-max(pure, compute))). microbench.overlap_stats summarises them across ranks.
+max(pure, compute))). The same formulas on the medians (of overall, compute and t_pure) give figures that a
+few descheduled iterations cannot sink. microbench.overlap_stats summarises them across ranks.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class OverlapMeasurement:
 
     parts_us: np.ndarray  #: (iterations, 5) us, columns OVERLAP_PARTS
     pure_us: float  #: this rank's mean t_pure
+    pure_p50_us: float  #: and its median
     target_us: float
     calibration: Calibration
     kernel: dict  #: the kernel as the record states it
@@ -110,6 +112,7 @@ def measure(coll: Collective, ctx: Context, slots: Sequence, calls: Sequence, lo
     ``settings`` is the size's engine.LoopSettings (warmup, check, sync, flush); ``pure_samples_us`` this
     rank's t_pure samples; ``agree_mean(x)`` the mean of x across ranks."""
     pure_us = float(np.mean(pure_samples_us)) if len(pure_samples_us) else 0.0
+    pure_p50_us = float(np.median(pure_samples_us)) if len(pure_samples_us) else 0.0
     target_us = plan.target_us(agree_mean(pure_us))
     kernel = kernel_for(plan.kernel, loop, cache_bytes)
     if hasattr(kernel, "size_for"):  # the GEMM's matrix order follows the target
@@ -129,7 +132,7 @@ def measure(coll: Collective, ctx: Context, slots: Sequence, calls: Sequence, lo
         parts = loop.run_overlap(prepared, iterations, work, start=settings.warmup, barrier=sync,
                                  flush=settings.flush_each)
         errors = None
-    return OverlapMeasurement(parts.astype(np.float64) / 1e3, pure_us, target_us, cal,
+    return OverlapMeasurement(parts.astype(np.float64) / 1e3, pure_us, pure_p50_us, target_us, cal,
                               describe_kernel(plan.kernel, kernel, cal), errors)
 
 

@@ -6,7 +6,8 @@ these few numbers per rank and reports avg/min/max across ranks of each, as the 
 overall time also gets p50/p99 of all iterations of all ranks (merged histograms, microbench.stats).
 For comparison with the tools' own output: ``omb.of_means`` is OMB's formula on the cross-rank means (what
 osu_iallreduce prints) and ``imb.at_slowest_rank`` IMB's formula at the rank with the longest overall time
-(what IMB-NBC prints).
+(what IMB-NBC prints). ``p50_based`` is the mean across ranks of each formula on the rank's medians (overall,
+compute, t_pure): on a shared machine a few descheduled iterations dominate the means.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from microbench.overlap import COMPUTE, OVERALL, POST, TEST, WAIT, OverlapMeasur
 
 #: per-rank values gathered to rank 0, in this order
 _FIELDS = ("overall_us", "post_us", "compute_us", "test_us", "wait_us", "pure_us", "calibrated_us",
-           "calibration_error", "omb", "imb")
+           "calibration_error", "omb", "imb", "omb_p50", "imb_p50")
 
 COLUMNS = ("Size(B)", "Overall(us)", "Compute(us)", "Post(us)", "Test(us)", "Wait(us)", "Pure(us)", "Overlap(%)",
            "IMB(%)", "P50(us)", "P99(us)", "Calib(%)", "Check")
@@ -28,10 +29,13 @@ _WIDTHS = (12, 12, 12, 10, 10, 10, 11, 11, 9, 11, 11, 9, 7)
 def per_rank_values(m: OverlapMeasurement) -> list[float]:
     """This rank's figures in ``_FIELDS`` order."""
     means = m.parts_us.mean(axis=0) if len(m.parts_us) else np.zeros(5)
+    medians = np.median(m.parts_us, axis=0) if len(m.parts_us) else np.zeros(5)
     overall, compute = float(means[OVERALL]), float(means[COMPUTE])
+    o50, c50 = float(medians[OVERALL]), float(medians[COMPUTE])
     return [overall, float(means[POST]), compute, float(means[TEST]), float(means[WAIT]), m.pure_us,
             m.calibration.measured_ns / 1e3, m.calibration.error, omb_overlap_pct(overall, compute, m.pure_us),
-            imb_overlap_pct(overall, compute, m.pure_us)]
+            imb_overlap_pct(overall, compute, m.pure_us), omb_overlap_pct(o50, c50, m.pure_p50_us),
+            imb_overlap_pct(o50, c50, m.pure_p50_us)]
 
 
 def _across(column: np.ndarray) -> dict:
@@ -57,8 +61,9 @@ def summarize(m: OverlapMeasurement | None, reducer, plan) -> dict | None:
         "num_tests": plan.num_tests, "overall_us": overall_stats, **figures,
         "overlap_pct": {
             "omb": {**_across(col["omb"]), "of_means": omb_overlap_pct(means["overall_us"], means["compute_us"],
-                                                                       means["pure_us"])},
-            "imb": {**_across(col["imb"]),
+                                                                       means["pure_us"]),
+                    "p50_based": means["omb_p50"]},
+            "imb": {**_across(col["imb"]), "p50_based": means["imb_p50"],
                     "at_slowest_rank": imb_overlap_pct(col["overall_us"][slowest], col["compute_us"][slowest],
                                                        col["pure_us"][slowest])},
         },

@@ -101,7 +101,7 @@ class TorchBackend:
 
     name = "torch"
     #: primitives whose torch API works in place only (all_reduce, reduce)
-    in_place_only: tuple[str, ...] = ("allreduce", "reduce")
+    in_place_only: tuple[str, ...] = ("allreduce", "reduce", "iallreduce", "ireduce")
     #: where an in-place reduce_scatter leaves this rank's result: at its own block (NCCL's convention)
     in_place_result_at_rank = True
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import microbench
-from microbench import buffers, launch, metadata, stats
+from microbench import async_progress, buffers, launch, metadata, stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from microbench.cache import PoolPlan
@@ -90,6 +90,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
             "cache_bytes": transport.cache_bytes,
             "cache_bytes_from": transport.cache_bytes_from(opts),
             "env": metadata.relevant_env(),
+            "progress": async_progress.describe(opts.backend, (transport.torch_meta or {}).get("backend"),
+                                                transport.thread_level),
         },
         "options": asdict(opts),
     }
