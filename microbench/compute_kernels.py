@@ -101,7 +101,7 @@ class HostKernel:
     def __init__(self, spec: KernelSpec, lib: ctypes.CDLL, cache_bytes: int | None):
         self.spec, self.lib = spec, lib
         self.struct = MbKernel(spec.code)
-        self.struct.acc[:] = [1.0] * 8
+        self.struct.acc[:] = [2.0] * 8  # converges towards 1.0, the fixed point of a * m + d
         self.arrays: list[np.ndarray] = []
         if spec.name == "stream":
             n = max(2 * (cache_bytes or 0), MIN_WORKING_SET) // 24 + 1

@@ -155,7 +155,7 @@ def _measure_overlap(rc: RunContext, job: SizeJob, pool, calls, loop, settings: 
     """Non-blocking benchmarks: the overlapped iterations after t_pure (their check errors join the size's)."""
     result = overlap.measure(job.coll, job.ctx, pool.slots, calls, loop, settings, overlap.OverlapPlan.of(rc.opts),
                              m.samples_us if m.samples_us is not None else [], m.iterations, barrier,
-                             lambda v: agree.sum_of(rc.reducer, v) / rc.nranks, rc.transport.cache_bytes, **copies)
+                             lambda v: agree.mean_of(rc.reducer, v), rc.transport.cache_bytes, **copies)
     if result.check_errors is not None:
         m.check_errors = (m.check_errors or 0) + result.check_errors
     return result
