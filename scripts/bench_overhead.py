@@ -28,11 +28,13 @@ median over launches.
 
 Then, to show the loops' own cost without the launch-to-launch noise, it runs
 scripts/native_reference/same_launch.py ``--same-launch`` times: the C reference's loop (reference.c built
-as a shared object) and microbench's native and Python loops alternating in blocks inside one launch;
+as a shared object) and microbench's native and Python loops alternating in blocks inside one launch
+(latency, allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait, the t_pure of the non-blocking benchmarks);
 the figure per launch is the mean over blocks of the ratio within a block, and the report gives the
 median over launches.
 
     python scripts/bench_overhead.py --launches 21 [--same-launch 9] [--json out.json]
+    python scripts/bench_overhead.py --launches 0 --sweep-launches 0 --same-launch 9   # the same-launch part only
 """
 
 from __future__ import annotations
@@ -201,8 +203,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        report["rows"] = paired_rounds(args.launches, build_reference(tmp, lib), prefix, env, tmp)
-        save()
+        if args.launches > 0:
+            report["rows"] = paired_rounds(args.launches, build_reference(tmp, lib), prefix, env, tmp)
+            save()
         if args.same_launch > 0:
             try:
                 so = build_reference(tmp, lib, shared=True)
@@ -285,7 +288,7 @@ def print_same_launch(launches: list[dict], blocks: int) -> list[dict]:
           "native / C per launch |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     out = []
-    for bench in ("latency", "allreduce"):
+    for bench in ("latency", "allreduce", "iallreduce"):
         for size in SIZES:
             rows = [launch[(bench, size)] for launch in launches]
             med = {v: statistics.median(r["mean_us"][v] for r in rows) for v in ("c", "native", "python")}

@@ -171,3 +171,75 @@ def test_progress_conditions():
     tcp = async_progress.describe("mpi", None, "single", {"OMPI_MCA_btl_tcp_progress_thread": "1"})
     assert tcp["asynchronous"] is True and "TCP" in tcp["how"]
     assert async_progress.describe("torch", "gloo", None, {})["asynchronous"] is True
+
+
+# ------------------------------------------------------------------------------------------ check, workload
+@pytest.fixture(scope="module")
+def nonblocking_records(world, tmp_path_factory):
+    """A real run of iallreduce and iallgather at 1K and 64K (one rank, in this process), and the same records
+    with their measured overlap replaced by known values (so that what follows does not depend on timing)."""
+    import json
+
+    from microbench import runner, sweep
+    from microbench.records import build
+
+    path = tmp_path_factory.mktemp("nb") / "r.jsonl"
+    out = Output(str(path), table=_Records())
+    rc = _context(world, "iallreduce", "iallgather", "-m", "1K,64K", "-i", "4", "-x", "1", "--loop", "mpi4py")
+    rc.out = out
+    out.run(build.run_record(rc.run_id, ["run"], rc.opts, rc.nranks, rc.layout, rc.transport))
+    for name in ("iallreduce", "iallgather"):
+        sweep.run_benchmark(rc, COLLECTIVES[name])
+    runner._close_records(rc, "complete", "")
+    known = {1024: 80.0, 65536: 20.0}
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in lines:
+        if r["type"] == "result":
+            for definition in ("omb", "imb"):
+                r["overlap"]["overlap_pct"][definition].update(avg=known[r["size_bytes"]], min=known[r["size_bytes"]],
+                                                               p50_based=known[r["size_bytes"]])
+    fixed = path.with_name("known.jsonl")
+    fixed.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path, fixed
+
+
+def test_check_min_overlap_pct(nonblocking_records, tmp_path):
+    from conftest import microbench
+
+    _, fixed = nonblocking_records
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[rule]]\nbenchmark = "iallreduce"\nsizes = "1K"\nmin_overlap_pct = 50\n'
+                    '[[rule]]\nbenchmark = "iallgather"\nsizes = "64K"\nmin_overlap_pct = 50\n'
+                    '[[rule]]\nbenchmark = "iallreduce"\nmin_overlap_pct = 10\nstat = "p50"\n')
+    proc = microbench("check", "--spec", str(spec), str(fixed), "--json")
+    assert proc.returncode == 1, proc.output  # the 64K iallgather rule fails: 20 % < 50 %
+    import json
+
+    outcomes = [r["passed"] for r in json.loads(proc.stdout)["rules"]]
+    assert outcomes == [True, False, True]
+
+
+def test_workload_prices_exposed_time_with_the_measured_overlap(nonblocking_records):
+    from microbench.records import read_results
+    from microbench.workload.messages import Message
+    from microbench.workload.overlap_pricing import apply_overlap, overlap_curves
+    from microbench.workload.weighting import curves_from_results, weigh
+
+    _, fixed = nonblocking_records
+    results = read_results([str(fixed)])
+    curves, _ = curves_from_results(results, "avg")
+    overlaps = overlap_curves(results, "avg")
+    assert sorted(overlaps) == [("allgather", 1), ("allreduce", 1)]
+    messages = [Message("allreduce", 1024, 2, 1, "backward"), Message("allreduce", 8192, 1, 1, "backward"),
+                Message("allgather", 1 << 20, 1, 1, "forward"), Message("reduce_scatter", 1024, 1, 1, "backward")]
+    wt = apply_overlap(weigh(messages, curves, "avg"), overlaps)
+    rows = {(r["collective"], r["bytes"]): r for r in wt["messages"]}
+    assert rows[("allreduce", 1024)]["overlap_pct"] == 80.0 and rows[("allreduce", 1024)]["overlap_how"] == "measured"
+    # 8K lies half way between 1K and 64K in log(size): 80 -> 20 gives 50 %
+    assert rows[("allreduce", 8192)]["overlap_pct"] == pytest.approx(50.0)
+    assert rows[("allgather", 1 << 20)]["overlap_how"] == "above"  # the end value, flagged
+    assert wt["overlap"]["extrapolated"] == [{"collective": "allgather", "bytes": 1 << 20, "how": "above"}]
+    for r in wt["messages"]:
+        assert r["exposed_us"] == pytest.approx(r["time_us"] * (1 - r["overlap_pct"] / 100))
+    assert wt["exposed_per_iteration_us"] == pytest.approx(sum(r["exposed_us"] for r in wt["messages"]))
+    assert "reduce_scatter" in wt["unpriced"]  # neither it nor its twin was measured

@@ -15,6 +15,8 @@ max_latency_us = 50                          # judged on p50 unless stat = "avg"
 Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
 ``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
 the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier cells a matrix may flag);
+for the non-blocking benchmarks ``min_overlap_pct`` (OMB's overlap, avg across ranks; ``stat = "p50"``: on
+medians);
 ``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
 or ``all``: how several runs of one configuration are judged); ``min_runs``; ``require_check``.
 """
@@ -31,7 +33,7 @@ from typing import Any
 from microbench.errors import UsageError
 from microbench.gate import keys
 from microbench.gate.load import benchmark_names
-from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, UNITS, default_stat, threshold_what
+from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, UNITS, default_stat, threshold_what
 from microbench.pairs import PAIRS
 from microbench.sizes import format_size, parse_sizes
 
@@ -46,6 +48,7 @@ THRESHOLDS = {
     "min_busbw_gbps": ("busbw", "min"),
     "min_algbw_gbps": ("algbw", "min"),
     "max_outliers": (OUTLIERS, "max"),
+    "min_overlap_pct": (OVERLAP, "min"),
 }
 
 #: How several runs of one configuration are judged.

@@ -4,13 +4,14 @@
 
 On a small VM the latency of a small message changes between launches (where the host places the two
 vCPUs), so two launches differ by more than the loops do. Here one launch runs, per benchmark (latency,
-allreduce) and size, N blocks; each block runs, in a shuffled order, the C reference's own loop
+allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait back to back, a non-blocking benchmark's t_pure) and
+size, N blocks; each block runs, in a shuffled order, the C reference's own loop
 (``reference_measure`` from reference.c built as a shared object, called through ctypes: one interval over
 all iterations), microbench's native loop and its Python loop through the C call shim
 (``NativeLoop.run`` and ``ShimPythonLoop.run``, the timed loops microbench's engine calls, on buffers from
 microbench's page-aligned ``HostRegion``). Every block has its own barrier and warmup. A loop's figure is
 the mean over blocks of its mean latency (half the round trip for latency; the mean across ranks for
-allreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block.
+allreduce and iallreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block.
 Rank 0 prints one JSON line per (benchmark, size).
 """
 
@@ -29,6 +30,7 @@ from microbench.backends.mpi import import_mpi, library
 from microbench.buffers import HostRegion
 
 WARMUP = 200
+BENCHMARKS = ("latency", "allreduce", "iallreduce")
 
 
 def iterations_for(nbytes: int) -> int:
@@ -55,7 +57,7 @@ def main() -> int:
              "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
     rng = random.Random(7)  # the same order on every rank
 
-    for bench in ("latency", "allreduce"):
+    for bench in BENCHMARKS:
         for nbytes in (int(x) for x in args.sizes.split(",")):
             iters = iterations_for(nbytes)
             send, recv = HostRegion(nbytes), HostRegion(nbytes)
@@ -65,7 +67,7 @@ def main() -> int:
                 call = native.NativeCall("pingpong", comm, MPI.BYTE, send=send.bytes, recv=recv.bytes, count=nbytes,
                                          peer=1 - rank, initiator=rank == 0, MPI=MPI)
             else:
-                call = native.NativeCall("allreduce", comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
+                call = native.NativeCall(bench, comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
                                          recv=recv.view(0, nbytes // 4, np.dtype(np.float32)), count=nbytes // 4, MPI=MPI)
             prepared = {name: loop.prepare([call]) for name, loop in loops.items()}
             figures: dict[str, list[float]] = {"c": [], "native": [], "python": []}
