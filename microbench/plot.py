@@ -4,7 +4,8 @@ Left: latency against message size (log-log), the line a latency statistic (p50 
 its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algbw) = S x factor /
 latency from the same statistics. --by config merges the runs of each configuration: the line is then
 the median over runs and the band the spread over runs. Results of the pairwise link test (``run
-pairs``) become heatmaps, one per matrix, with outlier cells marked. PNG, and SVG with --svg. Results of
+pairs``) become heatmaps, one per matrix, with outlier cells marked. A non-blocking benchmark (iallreduce,
+...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap). PNG, and SVG with --svg. Results of
 benchmarks this command cannot draw are skipped with a note.
 """
 
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from microbench.collectives import COLLECTIVES
     from microbench.gate.load import benchmark_names, load_runs
-    from microbench.plotting import curves
+    from microbench.plotting import curves, overlap
 
     wanted = benchmark_names(args.benchmark)
     runs = load_runs(args.results)
@@ -66,6 +67,9 @@ def main(args) -> int:
         for suffix in (".png", ".svg") if args.svg else (".png",):
             written.append(curves.draw(name, COLLECTIVES[name].summary, series, runs, out_dir / f"{name}{suffix}",
                                        args.stat, args.band, args.by, args.bw))
+            if COLLECTIVES[name].nonblocking:  # and its overlap against size
+                written += filter(None, [overlap.draw(name, COLLECTIVES[name].summary, runs,
+                                                      out_dir / f"{name}-overlap{suffix}")])
     if wanted is None or PAIRS in wanted:
         written += draw_pairs(runs, out_dir, args.svg)
     if not written:

@@ -243,3 +243,14 @@ def test_workload_prices_exposed_time_with_the_measured_overlap(nonblocking_reco
         assert r["exposed_us"] == pytest.approx(r["time_us"] * (1 - r["overlap_pct"] / 100))
     assert wt["exposed_per_iteration_us"] == pytest.approx(sum(r["exposed_us"] for r in wt["messages"]))
     assert "reduce_scatter" in wt["unpriced"]  # neither it nor its twin was measured
+
+
+def test_plot_draws_overlap_against_size(nonblocking_records, tmp_path):
+    from conftest import microbench
+
+    path, _ = nonblocking_records
+    proc = microbench("plot", str(path), "-o", str(tmp_path / "figs"))
+    assert proc.returncode == 0, proc.output
+    for name in ("iallreduce", "iallgather"):
+        assert (tmp_path / "figs" / f"{name}-overlap.png").stat().st_size > 0
+        assert (tmp_path / "figs" / f"{name}.png").stat().st_size > 0
