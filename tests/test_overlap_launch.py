@@ -88,3 +88,14 @@ def test_bad_overlap_input_is_one_line(argv, words, status):
     assert proc.returncode == status, proc.output
     assert proc.stderr.count("microbench: error:") == 1 and words in proc.stderr, proc.stderr
     assert "Traceback" not in proc.output
+
+
+def test_mpi_in_place_and_cold_cache_nonblocking(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "iallreduce", "iallgather", "ireduce_scatter", "ireduce", "--in-place",
+                      "--cache", "cold", "--cache-size", "256K", "--dtype", "int32", "-m", "64,4K", "-i", "6", "-c",
+                      "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert len(res) == 8 and all(r["in_place"] is True and r["check"] == "pass" and r["cache"] == "cold" for r in res)
+    assert all(r["dtype"] == "int32" and r["pool_slots"] > 1 for r in res)
