@@ -93,6 +93,9 @@ def plan_pool(send_bytes: int, recv_bytes: int, cache_bytes: int, uses: int, max
 class CacheFlush:
     """A buffer of ``nbytes`` written one byte per cache line to displace caches (untimed)."""
 
+    #: the C loop writes it itself, between iterations (``address``, ``nbytes``)
+    host_memory = True
+
     def __init__(self, nbytes: int):
         self.region = HostRegion(nbytes)
         self.nbytes = self.region.nbytes

@@ -24,6 +24,7 @@ VERBS = {
     "check": ("microbench.gate.check_cli", "judge results against an acceptance spec (pass/fail)"),
     "compare": ("microbench.gate.compare_cli", "compare new results against baseline runs"),
     "history": ("microbench.gate.history_cli", "latency over time across many runs"),
+    "import": ("microbench.importers.cli", "read OMB and nccl-tests output as microbench records"),
     "plot": ("microbench.plot", "latency and bandwidth figures from results"),
     "info": ("microbench.info", "what this machine, MPI and torch offer"),
 }

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.buffers import BufferPool
-from microbench.collectives import Buffers
+from microbench.collectives import POISON, Buffers
 from microbench.errors import RunError
 
 def cuda_runtime(buffer_kind: str):
@@ -110,8 +110,9 @@ def address_of(buf) -> int:
 class DevicePool:
     """Host slots for fill/verify and device slots the transport uses; see the module docstring."""
 
-    def __init__(self, host: BufferPool, kind: str, buffer_kind: str, torch_dtype=None):
+    def __init__(self, host: BufferPool, kind: str, buffer_kind: str, torch_dtype=None, staged: bool = False):
         self.host = host
+        self.staged_through_host = staged and kind == "cuda"
         self.slots = host.slots
         self.kind = kind  # "cpu" or "cuda"
         self.buffer_kind = buffer_kind  # "numpy", "torch", "cupy"
@@ -164,6 +165,11 @@ class DevicePool:
 
                 d.copy_(host_tensor(self._torch, h))
         self._sync()
+        if self.staged_through_host:
+            # the staged call must bring its input from the device, as an application's would: poison the host
+            # copy so that a call that forgets to (or a check that reads it) sees wrong data
+            for h, _ in staged_copies(self.slots[k], self.device_slots[k])[0]:
+                h[...] = POISON
 
     def pull(self, k: int) -> None:
         """Device slot k -> host slot k (untimed)."""
@@ -180,11 +186,9 @@ class DevicePool:
                 host_tensor(self._torch, h).copy_(d.cpu())
 
     def staged(self, k: int, call):
-        """``call`` on host slot k wrapped in the copies a host-only MPI needs: device send -> host before,
-        host receive -> device after, all inside the timed call (--stage-host)."""
-        slot, dev = self.slots[k], self.device_slots[k]
-        to_host = [(h, d) for h, d in ((slot.send, dev.send),) if h is not None]
-        to_device = [(h, d) for h, d in ((slot.recv, dev.recv),) if h is not None] or to_host
+        """``call`` on host slot k wrapped in the copies a host-only MPI needs (``staged_copies``), all inside
+        the timed call (--stage-host)."""
+        to_host, to_device = staged_copies(self.slots[k], self.device_slots[k])
         sync = self._sync
 
         if self.buffer_kind == "cupy":
@@ -227,6 +231,16 @@ class DevicePool:
         self.host.close()
 
 
+def staged_copies(host: Buffers, device: Buffers) -> tuple[list, list]:
+    """(device -> host copies before the call, host -> device copies after it), as (host, device) pairs.
+
+    The operation's input goes to the host and its output comes back: the send buffer, then the receive
+    buffer; in place the one (receive) buffer is both, and a send-only buffer (broadcast) comes back too."""
+    send = [(host.send, device.send)] if host.send is not None else []
+    recv = [(host.recv, device.recv)] if host.recv is not None else []
+    return send or recv, recv or send
+
+
 class DeviceFlush:
     """Writes a device buffer of ``nbytes`` (twice the L2) between iterations, untimed."""
 
@@ -242,11 +256,22 @@ class DeviceFlush:
         self.nbytes = nbytes
         self.address = address_of(self.buffer)
 
+    #: the C loop cannot write this buffer (it is device memory): see NativeLoop.run
+    host_memory = False
+
     def __call__(self, iteration: int = 0) -> None:
+        """Fill the buffer and wait for the fill: the barrier that follows must not let the timed call start
+        while the device is still writing (a device fill is asynchronous)."""
         if hasattr(self.buffer, "fill_"):
             self.buffer.fill_(iteration & 0xFF)
+            import torch
+
+            torch.cuda.synchronize()
         else:
+            import cupy
+
             self.buffer.fill(iteration & 0xFF)
+            cupy.cuda.runtime.deviceSynchronize()
 
     def close(self) -> None:
         self.buffer = None
@@ -262,3 +287,28 @@ class DeviceChoice:
     name: str | None
     count: int
     l2_bytes: int | None
+    #: the GPU's identity (its UUID), so ranks that share a physical GPU can be counted
+    uuid: str | None = None
+    #: the GPU was made current before MPI_Init (UCX and Open MPI pick the NICs near it at init)
+    selected_before_mpi_init: bool | None = None
+
+
+def device_uuid(buffer_kind: str, index: int) -> str | None:
+    """The GPU's UUID from its properties (None where the library does not say)."""
+    try:
+        if buffer_kind == "cupy":
+            import cupy
+
+            raw = cupy.cuda.runtime.getDeviceProperties(index).get("uuid")
+            return raw.hex() if isinstance(raw, bytes) else (str(raw) if raw else None)
+        import torch
+
+        value = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        return str(value) if value else None
+    except Exception:  # noqa: BLE001 - informative only; the count-based guess is used instead
+        return None
+
+
+def ranks_sharing(identities: list[tuple[str, str]], mine: tuple[str, str]) -> int:
+    """How many ranks use the same physical GPU as this one: equal (host, GPU identity) pairs."""
+    return max(1, sum(1 for identity in identities if identity == mine))

@@ -129,7 +129,8 @@ def _measure_apart(phase: _Phase, barrier, agree_max, hooks: SizeHooks):
             warm = np.concatenate([warm, phase.run(extra)])
             warmup += extra
         iterations = _budget_iterations(phase, warm, agree_max)
-    phase.loop.begin_timed(phase.prepared)
+    each = settings.check or phase.sync is not None  # the timed iterations run one at a time
+    phase.loop.begin_timed(phase.prepared, iterations, phase.position % len(phase.slots), each)
     barrier()
     hooks.before_timed_loop()
     if settings.check:

@@ -2,29 +2,26 @@
 
 The device is synchronised and the ranks pass a barrier before the timed region. In the lean loop one
 CUDA event is recorded on the current stream after every call, so iteration i lasts from event i to event
-i+1 on the GPU's clock; the host only waits at the end (docs/torch-and-gpus.md says why eager collectives
-are timed correctly on the current stream). With --sync barrier, --flush or --check, each iteration has
-its own start and end events, the device is synchronised before the barrier, and the flush (a write of
-twice the L2 size) runs before the start event.
+i+1 on the GPU's clock; the host only waits at the end, and its launch time per call is recorded beside the
+device time (``LaunchFacts``: launch-bound small messages). With --sync barrier, --flush or --check, each
+iteration has its own start and end events, the device is synchronised before the barrier, and the flush
+(a write of twice the L2 size) runs before the start event.
 
-With --cuda-graph the timed iterations are captured into a CUDA graph of G iterations
-(G = min(100, iterations / 10), at least 1); each replay is timed with an event pair and gives one sample,
-its time divided by G. With --check, --sync barrier or --flush, each timed iteration replays a one-call
-graph of its slot, so the data checked is what a replay made. Capture starts at ``begin_timed`` (the engine
-calls it before the timed iterations), so NCCL's communicator setup and first-use work happen outside any
-graph. A graph of a 1-rank in-place collective is empty (NCCL has nothing to do), and says so in a torch
-warning.
+With --cuda-graph the timed iterations replay graphs that ``begin_timed`` captured and replayed once
+(untimed) before the engine's barrier, as nccl-tests instantiates its graph, passes a barrier and only then
+starts its timer: ``graph_schedule`` says which. docs/torch-and-gpus.md has the rules.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from microbench.loops import OVERLAP_PARTS, GraphDetails, LoopBase, OverlapWork
+from microbench.loops import OVERLAP_PARTS, GraphDetails, LaunchFacts, LoopBase, OverlapWork
 
 GRAPH_ITERATIONS = 100  #: most iterations captured in one graph
 MIN_REPLAYS = 10  #: fewest replays (samples) a graph-timed size gets, for its percentiles
@@ -48,17 +45,22 @@ class CudaEventLoop(LoopBase):
         if iters <= 0:
             return np.empty(0, dtype=np.int64)
         n = len(calls)
+        self.launch = None
         if barrier is not None or flush is not None:
             return self.paired(iters, lambda i: calls[(start + i) % n], barrier, flush)
         torch = self.torch
         torch.cuda.synchronize()
         events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+        host_start = time.perf_counter_ns()
         events[0].record()
         for i in range(iters):
             calls[(start + i) % n]()
             events[i + 1].record()
+        host_ns = time.perf_counter_ns() - host_start
         events[-1].synchronize()
-        return _ns([events[i].elapsed_time(events[i + 1]) for i in range(iters)])
+        durations = _ns([events[i].elapsed_time(events[i + 1]) for i in range(iters)])
+        self.launch = LaunchFacts(host_ns / iters / 1e3, float(durations.mean()) / 1e3)
+        return durations
 
     def time_compute(self, kernel, units: int, chunks: int, reps: int) -> np.ndarray:
         return kernel.time_events(units, chunks, reps)
@@ -125,21 +127,49 @@ def _ns(milliseconds) -> np.ndarray:
     return np.round(np.asarray(milliseconds, dtype=np.float64) * 1e6).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class GraphSchedule:
+    """Which graphs the timed iterations replay, in order.
+
+    Each graph is keyed (first slot, iterations it holds); replay r of the lean loop runs G consecutive
+    iterations from slot start + r G, so a cold pool's slots keep rotating (a warm run has one slot, hence one
+    graph). With ``each`` (--check, --sync barrier, --flush) every iteration replays a one-call graph of its
+    own slot."""
+
+    iterations_per_replay: int
+    replays: list[tuple[int, int]]  #: the key of each replay, in order
+
+    @property
+    def graphs(self) -> list[tuple[int, int]]:
+        """The distinct graphs to capture, in first-use order."""
+        return list(dict.fromkeys(self.replays))
+
+
+def graph_schedule(iterations: int, start: int, nslots: int, each: bool) -> GraphSchedule:
+    """The replays of ``iterations`` timed iterations from slot ``start`` of ``nslots`` (see GraphSchedule)."""
+    if each or iterations <= 1:
+        return GraphSchedule(1, [((start + i) % nslots, 1) for i in range(iterations)])
+    per = max(1, min(GRAPH_ITERATIONS, iterations // MIN_REPLAYS))
+    replays = math.ceil(iterations / per)
+    return GraphSchedule(per, [((start + r * per) % nslots, per) for r in range(replays)])
+
+
 class _GraphCalls(list):
-    """The calls of one size, the graphs captured from them, and whether capture is allowed yet."""
+    """The calls of one size and the graphs captured from them for the timed iterations."""
 
     def __init__(self, calls):
         super().__init__(calls)
-        self.capture = False
+        self.schedule: GraphSchedule | None = None
         self.graphs: dict[tuple[int, int], object] = {}
+        self.next_replay = 0
 
 
 class CudaGraphLoop(CudaEventLoop):
-    """The timed iterations replay captured CUDA graphs; the first call and warmup run eagerly.
+    """The timed iterations replay CUDA graphs captured before them; the first call and warmup run eagerly.
 
-    Lean loop: one graph of G consecutive iterations replayed ceil(iterations / G) times, one sample per
-    replay. Graphs are captured once per (first slot, length) and reused; ``graph`` says how the latest
-    size was replayed.
+    As nccl-tests: every graph of the timed phase is captured and replayed once (untimed: the upload and
+    first-use work) in ``begin_timed``, then the engine's barrier aligns the ranks, then the timed replays
+    start. Lean loop: ceil(iterations / G) replays, one sample each (its time / G).
     """
 
     timer = last_timer = "cuda_graph"
@@ -149,14 +179,11 @@ class CudaGraphLoop(CudaEventLoop):
         self.graph = None
         return _GraphCalls(calls)
 
-    def begin_timed(self, prepared) -> None:
-        prepared.capture = True
-
-    def _graph(self, prepared: _GraphCalls, first: int, length: int):
-        key = (first % len(prepared), length)
-        graph = prepared.graphs.get(key)
-        if graph is None:
-            torch = self.torch
+    def begin_timed(self, prepared: _GraphCalls, iterations: int, start: int, each: bool) -> None:
+        """Capture the graphs of the timed phase and replay each once, untimed; the engine's barrier follows."""
+        schedule = graph_schedule(iterations, start, len(prepared), each)
+        torch = self.torch
+        for first, length in schedule.graphs:
             graph = torch.cuda.CUDAGraph()
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -165,20 +192,21 @@ class CudaGraphLoop(CudaEventLoop):
                 for i in range(length):
                     prepared[(first + i) % len(prepared)]()
             torch.cuda.synchronize()
-            prepared.graphs[key] = graph
-        return graph
+            graph.replay()
+            prepared.graphs[(first, length)] = graph
+        torch.cuda.synchronize()
+        prepared.schedule, prepared.next_replay = schedule, 0
+        self.graph = GraphDetails(schedule.iterations_per_replay, 0, len(schedule.graphs))
 
     def run(self, calls, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
-        if iters <= 0 or not (isinstance(calls, _GraphCalls) and calls.capture):
+        if iters <= 0 or not (isinstance(calls, _GraphCalls) and calls.schedule is not None):
             return super().run(calls, iters, start, barrier, flush)
-        if barrier is not None or flush is not None or iters == 1:
-            durations = self.paired(iters, lambda i: self._graph(calls, start + i, 1).replay, barrier, flush)
-            done = self.graph.replays if self.graph else 0
-            self.graph = GraphDetails(1, done + iters)
-            return durations
-        g_iters = max(1, min(GRAPH_ITERATIONS, iters // MIN_REPLAYS))
-        replays = math.ceil(iters / g_iters)
-        graph = self._graph(calls, start, g_iters)
-        self.graph = GraphDetails(g_iters, replays)
-        # one sample per replay: the replay's time divided by the iterations it holds
-        return self.paired(replays, lambda i: graph.replay, divide=g_iters)
+        self.launch = None
+        schedule = calls.schedule
+        per = schedule.iterations_per_replay
+        count = iters if per == 1 else len(schedule.replays)
+        keys = schedule.replays[calls.next_replay:calls.next_replay + count]
+        calls.next_replay += count
+        durations = self.paired(count, lambda i: calls.graphs[keys[i]].replay, barrier, flush, divide=per)
+        self.graph = GraphDetails(per, self.graph.replays + count, len(schedule.graphs))
+        return durations

@@ -42,10 +42,30 @@ class OverlapWork:
 
 @dataclass(frozen=True)
 class GraphDetails:
-    """How a CUDA-graph-timed size was replayed: iterations captured per graph, and replays timed."""
+    """How a CUDA-graph-timed size was replayed: iterations captured per graph, replays timed, graphs captured."""
 
     iterations_per_replay: int
     replays: int
+    graphs: int = 1
+
+
+#: host launch time at or above this share of the device time per call: the GPU waited for the host
+LAUNCH_BOUND_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """Eager CUDA-event timing: the host's time to launch each call beside the device time the events saw.
+
+    When the host needs about as long to launch a call as the device needs to run it, the device waits for
+    the host between calls and the samples measure the launch rate, not the collective."""
+
+    host_us_per_call: float
+    device_us_per_call: float
+
+    @property
+    def bound(self) -> bool:
+        return self.host_us_per_call >= LAUNCH_BOUND_SHARE * self.device_us_per_call
 
 
 class TimedLoop(Protocol):
@@ -61,14 +81,17 @@ class TimedLoop(Protocol):
     last_timer: str
     #: CUDA graph replay details of the latest timed run, None when no graph was replayed
     graph: GraphDetails | None
+    #: eager CUDA-event timing of the latest lean run: host launch against device time; None elsewhere
+    launch: LaunchFacts | None
     #: the loop must be told where the timed iterations begin (``begin_timed``), so warmup runs apart
     separate_warmup: bool
 
     def prepare(self, calls: Sequence) -> Any:
         """Once per size: the loop's own form of the per-slot calls."""
 
-    def begin_timed(self, prepared: Any) -> None:
-        """Called once between warmup and the timed iterations (CUDA graphs start capturing here)."""
+    def begin_timed(self, prepared: Any, iterations: int, start: int, each: bool) -> None:
+        """Called once before the barrier that starts ``iterations`` timed iterations from call ``start``
+        (``each``: they will run one at a time); CUDA graphs capture them here."""
 
     def run(self, prepared: Any, iters: int, start: int = 0, barrier: Callable[[], None] | None = None,
             flush: Callable[[int], None] | None = None) -> np.ndarray:
@@ -101,9 +124,10 @@ class LoopBase:
     ns_per_tick = 0.0
     last_timer = "host"
     graph: GraphDetails | None = None
+    launch: LaunchFacts | None = None
     separate_warmup = False
 
-    def begin_timed(self, prepared: Any) -> None:
+    def begin_timed(self, prepared: Any, iterations: int, start: int, each: bool) -> None:
         return None
 
     def kernel_library(self) -> Any:

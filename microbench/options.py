@@ -57,6 +57,7 @@ class RunOptions:
     stage_host: bool = False  #: MPI without CUDA support: copy device buffers through the host (timed)
     cuda_graph: bool = False
     gpus_per_node: int | None = None
+    reduce_scatter_call: str = "block"  #: MPI: block (MPI_Reduce_scatter_block) or vector (MPI_Reduce_scatter)
     compute_ratio: float | None = None  #: non-blocking: compute R x t_pure (default 1 when --compute-us is not given)
     compute_us: float | None = None  #: non-blocking: compute this many us at every size
     num_tests: int = 0  #: non-blocking: completion tests spread through the compute
@@ -91,7 +92,8 @@ class RunOptions:
                    pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
-                   gpus_per_node=args.gpus_per_node, **_overlap_options(args, benchmarks))
+                   gpus_per_node=args.gpus_per_node, reduce_scatter_call=args.reduce_scatter_call,
+                   **_overlap_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -194,6 +196,9 @@ def _resolve_buffer(args) -> str:
             raise UsageError("--backend torch moves torch tensors; --buffer applies to the MPI backend")
         if args.stage_host:
             raise UsageError("--stage-host applies to the MPI backend with device buffers")
+        if args.reduce_scatter_call != "block":
+            raise UsageError("--reduce-scatter-call vector is MPI_Reduce_scatter; torch.distributed has only the "
+                             "block form (reduce_scatter_tensor)")
         buffer = "torch"
     else:
         if args.torch_backend != "auto":

@@ -42,13 +42,27 @@ def host_space(opts: RunOptions, local_ranks: int) -> MemorySpace | None:
     return MemorySpace(avail, local_ranks, cache_bytes_for(opts) or 0, f"host {platform.node()}")
 
 
-def device_space(transport, local_ranks: int) -> MemorySpace:
-    """This rank's GPU's free memory, shared by the local ranks that map onto it."""
-    from microbench.device import free_device_bytes
+def gpu_identities(world, transport) -> list[tuple[str, str | None]]:
+    """Collective: every rank's (host, GPU UUID); empty for CPU runs."""
+    if transport.device.kind != "cuda":
+        return []
+    return world.reducer.bcast(world.reducer.gather((platform.node(), transport.device.uuid)), root=0)
+
+
+def device_space(transport, identities: list[tuple[str, str | None]], local_ranks: int) -> MemorySpace:
+    """This rank's GPU's free memory, shared by the ranks that use the same physical GPU.
+
+    Ranks are matched by (host, GPU UUID), so processes that each see one different GPU (``srun
+    --gpus-per-task=1``) share nothing; where a UUID is unknown, local ranks are assumed spread evenly over
+    the visible GPUs."""
+    from microbench.device import free_device_bytes, ranks_sharing
 
     device = transport.device
     kind = "torch" if device.buffer == "numpy" else device.buffer
-    sharing = max(1, -(-local_ranks // max(device.count, 1)))  # ranks per GPU
+    if identities and all(uuid for _, uuid in identities):
+        sharing = ranks_sharing(identities, (platform.node(), device.uuid))
+    else:
+        sharing = max(1, -(-local_ranks // max(device.count, 1)))
     return MemorySpace(free_device_bytes(kind, device.index), sharing, transport.cache_bytes or 0,
                        f"GPU {device.index} ({device.name})")
 
@@ -154,13 +168,14 @@ def check_nonblocking(coll: Collective, transport) -> None:
 def check_run(opts: RunOptions, world, layout, transport) -> None:
     """Collective: every check that needs the ranks, their hosts or the transport; raises on every rank."""
     error = None
+    identities = gpu_identities(world, transport)
     try:
         validate_for_ranks(opts, world.nranks, layout.local_ranks)
         if world.rank == 0:
             check_writable(opts)
         if transport.device.kind == "cuda":
-            check_memory(opts, world.nranks, device_space(transport, layout.local_ranks),
-                         lambda coll: transport.in_place_for(coll, opts))
+            space = device_space(transport, identities, layout.local_ranks)
+            check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
         for name in opts.benchmarks:
             coll = COLLECTIVES[name]
             check_nonblocking(coll, transport)

@@ -192,8 +192,9 @@ def section_lines(coll, dtype, opts, transport, nranks: int, nhosts: int, in_pla
     from microbench.options import counts_for
     from microbench.sizes import format_bytes
 
-    what = [f"backend {opts.backend} ({transport.describe()})", f"{nranks} ranks on {nhosts} host(s)",
-            f"dtype {dtype.name}"]
+    call = transport.python_backend.call_name(coll.primitive)
+    what = [f"backend {opts.backend} ({transport.describe()}{', ' + call if call else ''})",
+            f"{nranks} ranks on {nhosts} host(s)", f"dtype {dtype.name}"]
     if transport.device.kind == "cuda":
         what.append(f"{opts.buffer} buffers on {transport.device.name}"
                     + (" staged through the host" if transport.staged else ""))

@@ -101,6 +101,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch on CUDA: replay the timed iterations from a captured CUDA graph")
     g.add_argument("--gpus-per-node", type=int, metavar="N",
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
+    g.add_argument("--reduce-scatter-call", choices=("block", "vector"), default="block",
+                   help="MPI backend: block is MPI_Reduce_scatter_block (as nccl-tests and torch; default), vector is "
+                        "MPI_Reduce_scatter with n equal counts (as OMB's osu_reduce_scatter); recorded as mpi_call")
     g.add_argument("--loop", choices=("auto", "native", "python", "mpi4py"), default="auto",
                    help="timed loop for MPI: native (C, built with the MPI's mpicc at first use and cached); "
                         "python (the loop in Python, each iteration one call into microbench's C call shim, "

@@ -14,13 +14,14 @@ import uuid
 
 from microbench import agree, faults, launch, metadata, pairs, preflight, run_args, sweep
 from microbench.collectives import COLLECTIVES
-from microbench.errors import UsageError
+from microbench.device import DeviceChoice
+from microbench.errors import RunError, UsageError
 from microbench.options import RunOptions
 from microbench.records import Output, build
 from microbench.report import Progress, Table
 from microbench.run_context import RunContext
 from microbench.testhooks import FaultHooks
-from microbench.transport import Transport, choose_loop, open_transport
+from microbench.transport import Transport, choose_loop, open_transport, select_device
 from microbench.world import World, gather_layout, init_world
 
 HELP = run_args.__doc__
@@ -42,6 +43,7 @@ def run(args, argv: list[str]) -> int:
 
     state = faults.RunState(info.rank)
     faults.SignalGuard(state)
+    selected, error = _select_device(opts, error)  # before MPI_Init: CUDA-aware MPIs pick NICs near the GPU
     world = init_world()
     watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.abort)
     watchdog.arm("setup (MPI, agreement, loop build)")
@@ -50,7 +52,7 @@ def run(args, argv: list[str]) -> int:
     agree.raise_if_any(world.reducer, error)
     agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
 
-    rc = set_up(world, opts, hooks, watchdog)
+    rc = set_up(world, opts, hooks, watchdog, selected)
     pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
     if world.rank == 0:
         _open_records(rc, state, argv, pairs_plan)
@@ -75,9 +77,12 @@ def run(args, argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog) -> RunContext:
-    """Collective: transport -> hosts -> preflight -> timed loop; the run's context (records not opened)."""
-    transport = open_transport(world, opts)
+def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog,
+           selected: tuple[DeviceChoice, int | None] | None = None) -> RunContext:
+    """Collective: transport -> hosts -> preflight -> timed loop; the run's context (records not opened).
+
+    ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
+    transport = open_transport(world, opts, selected or select_device(opts))
     layout = gather_layout(world.reducer, metadata.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)
     choose_loop(world, opts, transport)
@@ -94,6 +99,16 @@ def _read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exce
         return opts, hooks, None
     except UsageError as exc:
         return None, FaultHooks({}), exc
+
+
+def _select_device(opts: RunOptions | None, error: Exception | None):
+    """This rank's device, chosen before MPI starts; an error is kept for the ranks to agree on."""
+    if error is not None:
+        return None, error
+    try:
+        return select_device(opts), None
+    except (UsageError, RunError) as exc:
+        return None, exc
 
 
 def _launch_local(opts: RunOptions | None, error: Exception | None, nranks: int, argv: list[str]) -> int:

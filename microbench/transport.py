@@ -59,7 +59,7 @@ class Transport:
             from microbench.backends.torch_dist import import_torch, torch_dtype as to_torch
 
             torch_dtype = to_torch(import_torch()[0], dtype.name)
-        return DevicePool(host, self.device.kind, self.device.buffer, torch_dtype)
+        return DevicePool(host, self.device.kind, self.device.buffer, torch_dtype, staged=self.staged)
 
     def flush(self):
         """The buffer cold mode and --flush write: twice the CPU cache, or twice the GPU L2 for device buffers."""
@@ -91,14 +91,14 @@ class Transport:
         return self.lib.short_name
 
 
-def open_transport(world: World, opts: RunOptions) -> Transport:
-    """Collective: the device, the backend and the timed loop of this run (errors end every rank)."""
+def open_transport(world: World, opts: RunOptions, selected: tuple[DeviceChoice, int | None]) -> Transport:
+    """Collective: the backend on the device ``select_device`` chose (before MPI_Init); errors end every rank."""
     from microbench.backends.mpi import library
 
     lib = library(world.MPI) if world.MPI is not None else None
     error = transport = None
+    device, cache_bytes = selected
     try:
-        device, cache_bytes = _select_device(opts)
         if opts.backend == "mpi":
             transport = _open_mpi(world, opts, lib, device, cache_bytes)
         else:
@@ -112,12 +112,16 @@ def open_transport(world: World, opts: RunOptions) -> Transport:
     return transport
 
 
-def _select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
-    """This rank's GPU (local rank modulo the GPUs per node) and its L2, or the CPU and its LLC."""
+def select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
+    """This rank's GPU (local rank modulo the GPUs per node) made current, and its L2; or the CPU and its LLC.
+
+    Runs before MPI_Init (no MPI needed: the local rank comes from the launcher's environment), because
+    CUDA-aware MPIs (UCX, Open MPI) choose the network devices nearest the current GPU when they start."""
     if opts.device == "cpu":
         return DeviceChoice("cpu", opts.buffer, None, None, 0, None), cache_bytes_for(opts)
     from microbench import device
 
+    before_init = not _mpi_initialized()
     kind = opts.buffer if opts.backend == "mpi" else "torch"
     module, count = device.cuda_runtime(kind)
     index = device.select_device(launch.discover().local_rank, count, opts.gpus_per_node)
@@ -128,7 +132,13 @@ def _select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
         module.cuda.set_device(index)
         name = module.cuda.get_device_name(index)
     l2 = device.l2_cache_bytes(kind, index)
-    return DeviceChoice("cuda", opts.buffer, index, name, count, l2), opts.cache_size or l2
+    return (DeviceChoice("cuda", opts.buffer, index, name, count, l2, device.device_uuid(kind, index), before_init),
+            opts.cache_size or l2)
+
+
+def _mpi_initialized() -> bool:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi is not None and mpi.Is_initialized())
 
 
 def _thread_level(MPI) -> str:
@@ -143,7 +153,7 @@ def _open_mpi(world: World, opts: RunOptions, lib, device: DeviceChoice, cache_b
     from microbench.backends.mpi import MPIBackend
 
     require_mpi(world, "--backend mpi")
-    backend = MPIBackend(world.MPI.COMM_WORLD.Dup(), world.MPI)
+    backend = MPIBackend(world.MPI.COMM_WORLD.Dup(), world.MPI, opts.reduce_scatter_call)
     staged = False
     if device.kind == "cuda":
         from microbench.device import cuda_aware_mpi
@@ -217,7 +227,7 @@ def choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:
                                       f"(mpi4py calls)")
             return
         transport.loop = native.NativeLoop(built)
-    transport.backend = NativeMPIBackend(transport.python_backend.comm, world.MPI)
+    transport.backend = NativeMPIBackend(transport.python_backend.comm, world.MPI, opts.reduce_scatter_call)
 
 
 def _everywhere(world: World, make):

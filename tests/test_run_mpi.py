@@ -265,3 +265,29 @@ def test_no_progress_bar_under_a_launcher(tmp_path):
     proc = mpiexec(2, "run", "allreduce", "-m", "8:64", "-i", "10", env={"MICROBENCH_PROGRESS": ""})
     assert proc.returncode == 0, proc.output
     assert "\r" not in proc.stdout and "sizes [" not in proc.output
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_reduce_scatter_runs_either_mpi_call(nranks, tmp_path):
+    from microbench.gate.keys import config_key
+
+    out = tmp_path / "r.jsonl"
+    for call in ("block", "vector"):
+        for extra in ([], ["--in-place"]):
+            proc = microbench("run", "--np", str(nranks), "reduce_scatter", "-m", "64,4K", "-i", "5", "-x", "1", "-c",
+                              "--reduce-scatter-call", call, *extra, "--out", str(out), timeout=180)
+            assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert [(r["mpi_call"], r["in_place"], r["check"]) for r in res] == [
+        (c, ip, "pass") for c in ("MPI_Reduce_scatter_block", "MPI_Reduce_scatter") for ip in (False, True)
+        for _ in (64, 4096)]
+    # the call is part of the configuration; a record from before the field keeps matching the block form
+    assert config_key(res[0]) != config_key(res[4])
+    legacy = {k: v for k, v in res[0].items() if k != "mpi_call"}
+    assert config_key(legacy) == config_key(res[0])
+
+
+def test_torch_has_no_vector_reduce_scatter():
+    proc = microbench("run", "--np", "2", "--backend", "torch", "reduce_scatter", "--reduce-scatter-call", "vector")
+    assert proc.returncode == 2
+    assert "--reduce-scatter-call vector is MPI_Reduce_scatter" in proc.stderr

@@ -117,8 +117,10 @@ def test_single_rank_nccl_with_cuda_events_and_graph(tmp_path):
         assert all(r["timer"] == ("cuda_graph" if extra else "cuda_events") for r in res)
         if extra:  # 200 iterations: graphs of 20 replayed 10 times; under --check one-call graphs, one per iteration
             per_replay = 1 if "-c" in extra else 20
-            assert all(r["cuda_graph"] == {"iterations_per_replay": per_replay, "replays": 200 // per_replay}
-                       for r in res)
+            assert all(r["cuda_graph"] == {"iterations_per_replay": per_replay, "replays": 200 // per_replay,
+                                           "graphs": 1} for r in res)
+        else:  # eager events: the host's launch time is recorded beside the device time
+            assert all(set(r["launch"]) == {"host_us_per_call", "device_us_per_call", "bound"} for r in res)
         assert read_jsonl(out)[0]["torch"]["nccl_version"]
 
 
@@ -142,3 +144,58 @@ def test_gpu_cold_cache_uses_the_l2(tmp_path):
     assert proc.returncode == 0, proc.output
     r = results_of(out)[0]
     assert r["cache_bytes"] == torch.cuda.get_device_properties(0).L2_cache_size
+
+
+@gpu
+def test_graph_replays_start_aligned(tmp_path):
+    # capture, upload and a barrier come before the first timed replay: it is not an outlier
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    out, samples = tmp_path / "r.jsonl", tmp_path / "s.jsonl"
+    proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "--cuda-graph", "allgather", "-m", "8,1M",
+                    "-i", "400", "--out", str(out), "--samples", str(samples))
+    assert proc.returncode == 0, proc.output
+    rows = [r for r in read_jsonl(samples) if r["type"] == "samples"]
+    assert len(rows) == 2
+    for row in rows:
+        lat = sorted(row["latency_us"])
+        assert len(lat) == 10 and row["latency_us"][0] <= 3 * lat[len(lat) // 2]
+
+
+@gpu
+def test_cold_graphs_rotate_through_the_pool(tmp_path):
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    out = tmp_path / "r.jsonl"
+    proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "--cuda-graph", "allgather", "-m", "64K",
+                    "-i", "200", "--cache", "cold", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.output
+    r = results_of(out)[0]
+    assert r["cache"] == "cold" and r["pool_slots"] > 1 and r["cuda_graph"]["graphs"] > 1
+
+
+@gpu
+@pytest.mark.parametrize("buffer", ["torch", "cupy"])
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_mpi_device_buffers_with_a_device_flush(buffer, loop, tmp_path):
+    # one rank, in place: MPI touches no device memory, so a non-CUDA-aware MPI may be told it is
+    if buffer == "cupy":
+        pytest.importorskip("cupy")
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "1", "--device", "cuda", "--buffer", buffer, "--in-place", "--flush",
+                      "--loop", loop, "allreduce", "-m", "8,1M", "-i", "20", "--out", str(out),
+                      env={"MICROBENCH_ASSUME_CUDA_AWARE": "1"})
+    assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert [r["flush"] for r in res] == [True, True] and all(r["call_path"] in ("native", "shim") for r in res)
+
+
+@gpu
+def test_staged_in_place_moves_the_device_data(tmp_path):
+    # the host copy is poisoned after each fill: a pass means every staged call brought its input from the GPU
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "--device", "cuda", "--buffer", "torch", "--stage-host", "--in-place",
+                      "allreduce", "allgather", "reduce_scatter", "-m", "64,1M", "-i", "10", "-c", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    assert [(r["benchmark"], r["check"]) for r in results_of(out)] == [
+        (b, "pass") for b in ("allreduce", "allgather", "reduce_scatter") for _ in (64, 1 << 20)]

@@ -143,6 +143,15 @@ def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
             f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see docs/cluster.md.")
 
 
+def _nonblocking_twin(blocking: str):
+    """The primitive i<blocking>: the blocking primitive's call, posted non-blocking (see ``_nonblocking``)."""
+    def primitive(self, *args):
+        return self._nonblocking(getattr(self, blocking)(*args))
+
+    primitive.__name__ = primitive.__qualname__ = f"i{blocking}"
+    return primitive
+
+
 class MPIReducer:
     """Control-plane reductions on a communicator kept apart from the benchmark's."""
 
@@ -192,10 +201,29 @@ class MPIBackend:
     #: an in-place reduce_scatter leaves the result in the first block (MPI_Reduce_scatter_block)
     in_place_result_at_rank = False
 
-    def __init__(self, comm, MPI):
+    #: the MPI function each primitive calls (reduce_scatter: see ``reduce_scatter_call``)
+    CALLS = {"allreduce": "MPI_Allreduce", "reduce": "MPI_Reduce", "allgather": "MPI_Allgather",
+             "broadcast": "MPI_Bcast", "alltoall": "MPI_Alltoall", "pingpong": "MPI_Send/MPI_Recv",
+             "stream": "MPI_Isend/MPI_Irecv", "reduce_scatter": "MPI_Reduce_scatter_block"}
+    #: --reduce-scatter-call: block (MPI_Reduce_scatter_block, as nccl-tests and torch) or vector
+    #: (MPI_Reduce_scatter with n equal receive counts, as OMB's osu_reduce_scatter)
+    REDUCE_SCATTER_CALLS = {"block": "MPI_Reduce_scatter_block", "vector": "MPI_Reduce_scatter"}
+
+    def __init__(self, comm, MPI, reduce_scatter_call: str = "block"):
         self.comm, self.MPI = comm, MPI
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self.reduce_scatter_call = reduce_scatter_call
+
+    def call_name(self, primitive: str) -> str | None:
+        """The MPI function a primitive's iteration calls (recorded as ``mpi_call``; non-blocking primitives:
+        the I-form of their blocking twin's, MPI_Iallreduce for iallreduce)."""
+        if primitive == "reduce_scatter":
+            return self.REDUCE_SCATTER_CALLS[self.reduce_scatter_call]
+        if primitive not in self.CALLS and primitive.startswith("i") and primitive[1:] in self.CALLS:
+            blocking = self.call_name(primitive[1:])
+            return f"MPI_I{blocking[4].lower()}{blocking[5:]}"
+        return self.CALLS.get(primitive)
 
     def mpi_type(self, arr):
         return self.MPI._typedict[_numpy_dtype(arr).char]
@@ -240,12 +268,19 @@ class MPIBackend:
         return functools.partial(self.comm.Allgather, s, self._spec(recv, block))
 
     def reduce_scatter(self, send, recv, op):
+        block = _elements(recv) // self.size if send is None else _elements(recv)
+        if self.reduce_scatter_call == "vector":
+            # MPI_Reduce_scatter with n equal receive counts; in place the input sits in recv and each
+            # rank's result lands in its first block, as with the block form
+            s = self.MPI.IN_PLACE if send is None else self._spec(send)
+            return functools.partial(self.comm.Reduce_scatter, s, self._spec(recv), [block] * self.size,
+                                     self.ops[op])
         if send is None:
             # In place: the whole input sits in recv; each rank's result lands in its first block.
             return functools.partial(self.comm.Reduce_scatter_block, self.MPI.IN_PLACE,
-                                     self._spec(recv, _elements(recv) // self.size), self.ops[op])
+                                     self._spec(recv, block), self.ops[op])
         # mpi4py reads an explicit count in a reduce_scatter_block spec as the per-rank block
-        return functools.partial(self.comm.Reduce_scatter_block, self._spec(send, _elements(recv)), self._spec(recv),
+        return functools.partial(self.comm.Reduce_scatter_block, self._spec(send, block), self._spec(recv),
                                  self.ops[op])
 
     def broadcast(self, buf, root):
@@ -261,23 +296,9 @@ class MPIBackend:
         start = getattr(self.comm, "I" + name[0].lower() + name[1:])
         return NonBlocking(functools.partial(start, *blocking.args), self.MPI.Request.Test, self.MPI.Request.Wait)
 
-    def iallreduce(self, send, recv, op):
-        return self._nonblocking(self.allreduce(send, recv, op))
-
-    def ireduce(self, send, recv, op, root):
-        return self._nonblocking(self.reduce(send, recv, op, root))
-
-    def iallgather(self, send, recv):
-        return self._nonblocking(self.allgather(send, recv))
-
-    def ireduce_scatter(self, send, recv, op):
-        return self._nonblocking(self.reduce_scatter(send, recv, op))
-
-    def ibroadcast(self, buf, root):
-        return self._nonblocking(self.broadcast(buf, root))
-
-    def ialltoall(self, send, recv):
-        return self._nonblocking(self.alltoall(send, recv))
+    iallreduce, ireduce = _nonblocking_twin("allreduce"), _nonblocking_twin("reduce")
+    iallgather, ireduce_scatter = _nonblocking_twin("allgather"), _nonblocking_twin("reduce_scatter")
+    ibroadcast, ialltoall = _nonblocking_twin("broadcast"), _nonblocking_twin("alltoall")
 
     # Point to point ------------------------------------------------------------------------
     def pingpong(self, send, recv, peer, initiator):
@@ -357,6 +378,9 @@ class NativeMPIBackend(MPIBackend):
 
     def reduce_scatter(self, send, recv, op):
         block = _elements(recv) // self.size if send is None else _elements(recv)
+        if self.reduce_scatter_call == "vector":
+            return self._call("reduce_scatter_v", recv, op=self.ops[op], send=send, recv=recv, count=block,
+                              counts=np.full(self.size, block, dtype=np.intc))
         return self._call("reduce_scatter", recv, op=self.ops[op], send=send, recv=recv, count=block)
 
     def broadcast(self, buf, root):

@@ -112,8 +112,13 @@ class TorchBackend:
         self.size = self.dist.get_world_size()
         d = self.dist
         self.ops = {"sum": d.ReduceOp.SUM, "max": d.ReduceOp.MAX, "min": d.ReduceOp.MIN}
+        self._connected: set[int] = set()  #: peers this rank has exchanged with (see connect)
         self._all_gather = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
         self._reduce_scatter = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
+
+    def call_name(self, primitive: str) -> str | None:
+        """The MPI function a primitive calls: none (torch.distributed has its own)."""
+        return None
 
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this process group cannot run the dtype (None when it can), probed with a 1-element call."""
@@ -194,9 +199,21 @@ class TorchBackend:
         return _async(self.dist.all_to_all_single, recv, send, group=self.group)
 
     # Point to point ------------------------------------------------------------------------
+    def connect(self, peer: int, initiator: bool, like) -> None:
+        """One untimed exchange the first time this rank is paired with ``peer``: NCCL builds a two-rank
+        communicator for send/recv at its first use, which would otherwise land in the first call's time."""
+        if peer in self._connected:
+            return
+        self._connected.add(peer)
+        box = like.new_zeros(1)
+        first, second = (self.dist.send, self.dist.recv) if initiator else (self.dist.recv, self.dist.send)
+        first(box, peer, group=self.group, tag=_TAG_ACK)
+        second(box, peer, group=self.group, tag=_TAG_ACK)
+
     def pingpong(self, send, recv, peer, initiator):
         if peer is None:
             return _nothing
+        self.connect(peer, initiator, send)
         s, r, g = self.dist.send, self.dist.recv, self.group
         if initiator:
             def call():
@@ -211,6 +228,7 @@ class TorchBackend:
     def stream(self, send, recv, ack, peer, sender, window, bidirectional):
         if peer is None:
             return _nothing
+        self.connect(peer, sender, send)
         d, g = self.dist, self.group
         P2POp, batch = d.P2POp, d.batch_isend_irecv
         rng = range(window)
@@ -235,11 +253,20 @@ class TorchBackend:
         return call
 
     def barrier(self) -> Callable[[], None]:
+        """A barrier on the benchmark's group; on CUDA the device is synchronised first."""
         d, g = self.dist, self.group
-        if self.device == "cuda":
-            sync, ids = self.torch.cuda.synchronize, [self.torch.cuda.current_device()]
+        if self.device != "cuda":
+            return lambda: d.barrier(group=g)
+        sync = self.torch.cuda.synchronize
+        if barrier_takes_device_ids(d.get_backend(g)):
+            ids = [self.torch.cuda.current_device()]
             return lambda: (sync(), d.barrier(group=g, device_ids=ids))
-        return lambda: d.barrier(group=g)
+        return lambda: (sync(), d.barrier(group=g))
+
+
+def barrier_takes_device_ids(backend_name: str) -> bool:
+    """Only NCCL groups take ``barrier(device_ids=...)``; gloo, mpi and ucc raise on it up to torch 2.6."""
+    return str(backend_name).lower() == "nccl"
 
 
 class TorchCudaBackend(TorchBackend):

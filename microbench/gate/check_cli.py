@@ -31,17 +31,27 @@ _MAX_VALUES_SHOWN = 5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", metavar="RESULTS",
+    p.add_argument("results", nargs="*", metavar="RESULTS",
                    help="JSONL result files or directories (every *.jsonl below them)")
     p.add_argument("--spec", required=True, metavar="SPEC.toml", help="acceptance spec (TOML list of [[rule]])")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON instead of the table")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one testcase per rule) for CI systems")
     p.add_argument("--failures-only", action="store_true",
                    help="table: show only the failing rows of each rule (verdict lines stay)")
+    p.add_argument("--emit-reframe-references", nargs="?", const="*", metavar="SYSTEM[:PARTITION]",
+                   help="print the spec as ReFrame references (JSON, for microbench.reframe tests) under "
+                        "this ReFrame scope (default *) and judge nothing; see docs/reframe.md")
 
 
 def main(args) -> int:
     spec = load_spec(args.spec)
+    if args.emit_reframe_references:
+        from microbench.reframe.references import emit
+
+        print(emit(spec, args.emit_reframe_references))
+        return 0
+    if not args.results:
+        raise UsageError("give the RESULTS to judge (JSONL files or directories)")
     runs = load_runs(args.results)
     outcomes = evaluate(spec, runs)
     if args.junit:

@@ -58,6 +58,7 @@ class MbCall(ctypes.Structure):
         ("initiator", ctypes.c_int), ("window", ctypes.c_int),
         ("sbuf", ctypes.c_void_p), ("rbuf", ctypes.c_void_p), ("ack", ctypes.c_void_p),
         ("comm_addr", ctypes.c_void_p), ("dtype_addr", ctypes.c_void_p), ("op_addr", ctypes.c_void_p),
+        ("counts", ctypes.c_void_p),
     ]
 
 
@@ -230,17 +231,21 @@ class NativeCall:
     """One iteration's arguments for the C loop, with the Python objects they point into kept alive."""
 
     def __init__(self, kind: str, comm, dtype, op=None, send=None, recv=None, ack=None, count: int = 0,
-                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None):
+                 peer: int = -1, root: int = 0, initiator: bool = False, window: int = 1, MPI=None,
+                 counts: np.ndarray | None = None):
         if count > 2**31 - 1:
             raise NativeUnavailable("element count above 2^31-1")
         from microbench.device import address_of
 
-        self.keep = (comm, dtype, op, send, recv, ack)
+        if counts is not None:
+            counts = np.ascontiguousarray(counts, dtype=np.intc)
+        self.keep = (comm, dtype, op, send, recv, ack, counts)
         self.kind = kind
         self.struct = MbCall(
             KINDS[kind], count, peer, root, int(initiator), window,
             address_of(send) or None, address_of(recv) or None, address_of(ack) or None,
             MPI._addressof(comm), MPI._addressof(dtype), MPI._addressof(op) if op is not None else None,
+            counts.ctypes.data if counts is not None else None,
         )
 
 
@@ -285,18 +290,29 @@ class NativeLoop(LoopBase):
         return (array, len(calls), calls)
 
     def run(self, prepared, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        """``iters`` iterations in C. A host flush buffer is written by the C loop itself; a flush the C loop
+        cannot write (device memory, ``host_memory`` false) runs from Python before each iteration, which then
+        runs alone in C after its barrier."""
         out = np.empty(max(iters, 0), dtype=np.int64)
         out.fill(0)  # the loop writes one duration per iteration: no page of this may fault in the timed loop
         if iters <= 0:
             return out
+        self.last_timer = self.timer if barrier is None and flush is None else "host"
+        if flush is not None and not flush.host_memory:
+            for i in range(iters):
+                flush(i)
+                self._run_c(prepared, 1, start + i, True, None, out[i:i + 1])
+            return out
+        self._run_c(prepared, iters, start, barrier is not None, flush, out)
+        return out
+
+    def _run_c(self, prepared, iters: int, start: int, barrier: bool, flush, out: np.ndarray) -> None:
         array, ncalls, _ = prepared
         flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
-        self.last_timer = self.timer if barrier is None and flush is None else "host"
-        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier is not None else 0, flush_ptr, flush_bytes,
+        rc = self.lib.mb_run(array, ncalls, iters, start, 1 if barrier else 0, flush_ptr, flush_bytes,
                              out.ctypes.data)
         if rc != 0:
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
-        return out
 
     def kernel_library(self) -> ctypes.CDLL:
         """The compute kernels run from this loop's own library (the same build as the timed loop)."""
@@ -309,17 +325,22 @@ class NativeLoop(LoopBase):
                     flush=None) -> np.ndarray:
         """mb_run_overlap: (iters, 5) durations in ns, columns OVERLAP_PARTS."""
         out = np.zeros((max(iters, 0), len(OVERLAP_PARTS)), dtype=np.int64)
-        if iters <= 0:
-            return out
+        self.last_timer = self.timer
+        if flush is not None and not flush.host_memory:  # a device flush runs from Python, as in run
+            for i in range(iters):
+                flush(i)
+                self._overlap_c(prepared, 1, start + i, True, None, work, out[i:i + 1])
+        elif iters > 0:
+            self._overlap_c(prepared, iters, start, barrier is not None, flush, work, out)
+        return out
+
+    def _overlap_c(self, prepared, iters: int, start: int, barrier: bool, flush, work: OverlapWork, out) -> None:
         array, ncalls, _ = prepared
         flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
-        self.last_timer = self.timer
-        rc = self.lib.mb_run_overlap(array, ncalls, iters, start, 1 if barrier is not None else 0, flush_ptr,
-                                     flush_bytes, work.kernel.pointer, work.units, work.chunks, int(work.tests),
-                                     out.ctypes.data)
+        rc = self.lib.mb_run_overlap(array, ncalls, iters, start, 1 if barrier else 0, flush_ptr, flush_bytes,
+                                     work.kernel.pointer, work.units, work.chunks, int(work.tests), out.ctypes.data)
         if rc != 0:
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
-        return out
 
 
 class _BoundCalls(list):

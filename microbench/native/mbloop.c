@@ -38,12 +38,14 @@ enum {
     MB_PINGPONG = 7,
     MB_STREAM = 8,
     MB_BISTREAM = 9,
-    MB_IALLREDUCE = 10,
-    MB_IALLGATHER = 11,
-    MB_IREDUCE_SCATTER = 12,
-    MB_IBCAST = 13,
-    MB_IREDUCE = 14,
-    MB_IALLTOALL = 15,
+    MB_REDUCE_SCATTER_V = 10,
+    MB_IALLREDUCE = 11,
+    MB_IALLGATHER = 12,
+    MB_IREDUCE_SCATTER = 13,
+    MB_IBCAST = 14,
+    MB_IREDUCE = 15,
+    MB_IALLTOALL = 16,
+    MB_IREDUCE_SCATTER_V = 17,
 };
 
 #define MB_TAG_DATA 1
@@ -62,6 +64,7 @@ typedef struct {
     const void *comm_addr;   /* address of an MPI_Comm (mpi4py's _addressof) */
     const void *dtype_addr;  /* address of an MPI_Datatype */
     const void *op_addr;     /* address of an MPI_Op */
+    const int *counts;       /* MB_REDUCE_SCATTER_V: the n receive counts of MPI_Reduce_scatter */
 } mb_call;
 
 static inline int64_t mb_now(void) {
@@ -126,6 +129,8 @@ static inline int mb_post(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
         return MPI_Iallgather(s, c->count, dt, c->rbuf, c->count, dt, comm, req);
     case MB_IREDUCE_SCATTER:
         return MPI_Ireduce_scatter_block(s, c->rbuf, c->count, dt, op, comm, req);
+    case MB_IREDUCE_SCATTER_V:
+        return MPI_Ireduce_scatter(s, c->rbuf, c->counts, dt, op, comm, req);
     case MB_IBCAST:
         return MPI_Ibcast(c->sbuf, c->count, dt, c->root, comm, req);
     case MB_IREDUCE:
@@ -150,6 +155,8 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
         return MPI_Allgather(s, c->count, dt, c->rbuf, c->count, dt, comm);
     case MB_REDUCE_SCATTER:
         return MPI_Reduce_scatter_block(s, c->rbuf, c->count, dt, op, comm);
+    case MB_REDUCE_SCATTER_V:
+        return MPI_Reduce_scatter(s, c->rbuf, c->counts, dt, op, comm);
     case MB_BCAST:
         return MPI_Bcast(c->sbuf, c->count, dt, c->root, comm);
     case MB_REDUCE:
@@ -185,7 +192,7 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
             MPI_Isend(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[c->window + w]);
         return MPI_Waitall(2 * c->window, reqs, MPI_STATUSES_IGNORE);
     case MB_IALLREDUCE: case MB_IALLGATHER: case MB_IREDUCE_SCATTER: case MB_IBCAST: case MB_IREDUCE:
-    case MB_IALLTOALL:
+    case MB_IALLTOALL: case MB_IREDUCE_SCATTER_V:
         rc = mb_post(c, comm, dt, op, &reqs[0]);
         return rc == MPI_SUCCESS ? MPI_Wait(&reqs[0], MPI_STATUS_IGNORE) : rc;
     default:

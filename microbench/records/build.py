@@ -33,13 +33,17 @@ class LoopFacts:
     kind: str
     call_path: str
     timer: str
-    graph: dict | None
+    graph: dict | None  #: CUDA graphs: iterations per replay, replays timed, graphs captured
+    launch: dict | None  #: eager CUDA events: host launch and device time per call, and whether launch-bound
 
     @classmethod
     def of(cls, loop: TimedLoop) -> "LoopFacts":
-        graph = loop.graph
+        graph, launch = loop.graph, loop.launch
         return cls(loop.kind, loop.call_path, loop.last_timer,
-                   {"iterations_per_replay": graph.iterations_per_replay, "replays": graph.replays} if graph else None)
+                   {"iterations_per_replay": graph.iterations_per_replay, "replays": graph.replays,
+                    "graphs": graph.graphs} if graph else None,
+                   {"host_us_per_call": launch.host_us_per_call, "device_us_per_call": launch.device_us_per_call,
+                    "bound": launch.bound} if launch else None)
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
         "mpi": {**transport.lib.as_record(), "thread_level": transport.thread_level} if transport.lib else None,
         "torch": transport.torch_meta,
         "device": {"kind": device.kind, "buffer": opts.buffer, "index": device.index, "name": device.name,
-                   "count": device.count, "l2_bytes": device.l2_bytes, "staged_through_host": transport.staged},
+                   "count": device.count, "l2_bytes": device.l2_bytes, "staged_through_host": transport.staged,
+                   "uuid": device.uuid, "selected_before_mpi_init": device.selected_before_mpi_init},
         "versions": metadata.versions(),
         "version_mismatch": layout.version_mismatch,
         "conditions": {
@@ -125,12 +130,17 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
     }
     if plan.size_bytes != requested:
         record["requested_bytes"] = requested
+    mpi_call = transport.python_backend.call_name(coll.primitive)
+    if mpi_call:
+        record["mpi_call"] = mpi_call
     if transport.torch_meta:
         record["torch_backend"] = transport.torch_meta["backend"]
     if transport.staged:
         record["staged"] = True
     if loop.graph:
         record["cuda_graph"] = loop.graph
+    if loop.launch:
+        record["launch"] = loop.launch
     if figures.overlap:
         record["overlap"] = figures.overlap
     if coll.rooted:

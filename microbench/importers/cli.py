@@ -1,0 +1,127 @@
+"""Read other tools' results as microbench records: ``microbench import omb|nccl-tests FILE... --out RUN.jsonl``.
+
+Each run the files hold becomes a run record, its results and an end record, appended to --out, so
+check, compare, history and plot read years of existing logs. Every record names its source (tool,
+version, file, line); what the tool's output does not say is null (or left out) and listed as
+unknown, never guessed. A run already in --out (same file content) is not written twice. docs/import.md
+describes the formats and how each figure maps.
+
+  microbench import omb osu_allreduce.log --ranks 64 --args "-m 8:1M -f" --out omb.jsonl
+  microbench import nccl-tests all_reduce.json all_gather.log --out nccl.jsonl --time mtime
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+from microbench.errors import UsageError
+from microbench.gate.load import parse_time
+from microbench.importers import build, nccl_tests, nccl_text, omb
+from microbench.importers.model import ToolRun
+from microbench.records import Output, read_runs
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    tools = p.add_subparsers(dest="tool", metavar="TOOL", parser_class=type(p))
+    tools.required = True
+    o = tools.add_parser("omb", help="OSU Micro-Benchmarks text output (osu_latency ... osu_alltoall)",
+                         description=omb.__doc__.strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(o, "OMB's command-line options, e.g. \"-m 8:1M -i 1000 -x 100 -T mpi_float\" (OMB prints few of "
+               "them); with -m the table is checked to reach the largest size")
+    n = tools.add_parser("nccl-tests", help="nccl-tests text output or its -J JSON file",
+                         description=nccl_tests.__doc__.strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(n, "the nccl-tests command line, e.g. \"all_reduce_perf -b 8 -e 1G -f 2 -a 1\" (JSON files carry "
+               "their own)")
+    n.add_argument("--benchmark", metavar="PROGRAM",
+                   help="the nccl-tests program (all_reduce_perf ...) where the output does not name it")
+
+
+def _common(p: argparse.ArgumentParser, args_help: str) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="the tool's output files")
+    p.add_argument("--out", required=True, metavar="RUN.jsonl", help="append the records here")
+    p.add_argument("--ranks", type=int, metavar="N", help="ranks the tool ran on, where its output does not say")
+    p.add_argument("--args", metavar="ARGS", help=args_help)
+    p.add_argument("--time", metavar="WHEN",
+                   help="when the runs started: an ISO 8601 UTC time, or 'mtime' for each file's modification "
+                        "time (default: unknown, unless the tool printed it with a zone)")
+
+
+def main(args) -> int:
+    if args.ranks is not None and args.ranks < 1:
+        raise UsageError(f"--ranks must be at least 1 (got {args.ranks})")
+    runs: list[tuple[ToolRun, str]] = []
+    for path in args.files:
+        text = _read(path)
+        found, notes = _parse(args, text, path)
+        for note in notes:
+            print(f"microbench: note: {note}", file=sys.stderr)
+        digest = build.file_digest(path)
+        for run in found:
+            _set_time(run, args.time, path)
+            runs.append((run, digest))
+    if not runs:
+        raise UsageError("nothing to import: no section of the files has a microbench counterpart")
+    _write(runs, args.out)
+    return 0
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def _parse(args, text: str, path: str) -> tuple[list[ToolRun], list[str]]:
+    if args.tool == "omb":
+        return omb.parse(text, path, args.ranks, args.args)
+    benchmark = nccl_tests.benchmark_of(args.benchmark) if args.benchmark else None
+    if text.lstrip().startswith("{"):
+        return [nccl_tests.parse_json(text, path, args.ranks, benchmark, args.args)], []
+    return nccl_text.parse_text(text, path, args.ranks, benchmark, args.args), []
+
+
+def _set_time(run: ToolRun, when: str | None, path: str) -> None:
+    if when is None:
+        return
+    if when == "mtime":
+        stamp = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc)
+        run.time_from = "the file's modification time (--time mtime)"
+    else:
+        stamp = parse_time(when)
+        if stamp is None:
+            raise UsageError(f"--time: not an ISO 8601 time or 'mtime': {when!r}")
+        run.time_from = "--time"
+    run.time_utc = stamp.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write(runs: list[tuple[ToolRun, str]], out: str) -> None:
+    present = {r.run_id for r in read_runs([out])} if Path(out).is_file() else set()
+    try:
+        output = Output(out)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        for run, digest in runs:
+            records = build.imported_records(run, digest)
+            where = f"{run.file}:{run.first_line}"
+            if records[0]["run_id"] in present:
+                print(f"microbench: note: {where}: already in {out} (run {records[0]['run_id']}); not written again",
+                      file=sys.stderr)
+                continue
+            output.run(records[0])
+            for result in records[1:-1]:
+                output.result(result)
+            output.end(records[-1])
+            benchmarks = ", ".join(dict.fromkeys(r["benchmark"] for r in records[1:-1]))
+            print(f"{where}: {run.tool} {run.tool_version or '(version not printed)'} {benchmarks}: "
+                  f"{len(records) - 2} results, {run.ranks or '?'} ranks, {records[-1]['status']} -> {out} "
+                  f"(run {records[0]['run_id']})")
+    finally:
+        output.close()

