@@ -111,6 +111,10 @@ def _workload_sizes(args) -> dict[str, list[int]] | None:
     by_benchmark = sizes_for_benchmarks(args.sizes_from)
     if not args.benchmarks:
         args.benchmarks = [b for b in COLLECTIVES if b in by_benchmark]
+    for name in args.benchmarks:  # a non-blocking benchmark measures its blocking twin's sizes
+        key = name.lower().replace("-", "_")
+        if key in COLLECTIVES and COLLECTIVES[key].nonblocking and key[1:] in by_benchmark:
+            by_benchmark.setdefault(key, by_benchmark[key[1:]])
     missing = [b for b in args.benchmarks if b not in by_benchmark and b != "pairs"]
     if missing:
         raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")

@@ -99,3 +99,19 @@ def test_mpi_in_place_and_cold_cache_nonblocking(tmp_path):
     res = results_of(out)
     assert len(res) == 8 and all(r["in_place"] is True and r["check"] == "pass" and r["cache"] == "cold" for r in res)
     assert all(r["dtype"] == "int32" and r["pool_slots"] > 1 for r in res)
+
+
+def test_nonblocking_benchmarks_measure_a_workloads_sizes(tmp_path):
+    import json
+
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps({"messages": [
+        {"collective": "allgather", "bytes": 3000, "count": 4, "group_size": 2, "phase": "forward"},
+        {"collective": "reduce_scatter", "bytes": 4096, "count": 1, "group_size": 2, "phase": "gradients"},
+    ]}))
+    out = tmp_path / "r.jsonl"
+    proc = microbench("run", "--np", "2", "iallgather", "ireduce_scatter", "--sizes-from", str(workload), "-i", "5",
+                      "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    assert sorted((r["benchmark"], r["size_bytes"]) for r in results_of(out)) == [("iallgather", 3000),
+                                                                                  ("ireduce_scatter", 4096)]
