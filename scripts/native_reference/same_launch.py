@@ -11,7 +11,9 @@ all iterations), microbench's native loop and its Python loop through the C call
 (``NativeLoop.run`` and ``ShimPythonLoop.run``, the timed loops microbench's engine calls, on buffers from
 microbench's page-aligned ``HostRegion``). Every block has its own barrier and warmup. A loop's figure is
 the mean over blocks of its mean latency (half the round trip for latency; the mean across ranks for
-allreduce and iallreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block.
+allreduce and iallreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block;
+``ratio_to_c_median`` is the median over blocks of that ratio, which the few blocks a descheduled rank stalls
+(tens of ms on a shared machine) cannot move.
 Rank 0 prints one JSON line per (benchmark, size).
 """
 
@@ -42,6 +44,7 @@ def main() -> int:
     ap.add_argument("reference_so", help="reference.c built with -shared -fPIC -Dmain=reference_main")
     ap.add_argument("sizes", help="bytes, comma-separated")
     ap.add_argument("--blocks", type=int, default=20, help="blocks per size (default 20)")
+    ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help=f"comma list (default {','.join(BENCHMARKS)})")
     args = ap.parse_args()
 
     MPI = import_mpi()
@@ -57,7 +60,7 @@ def main() -> int:
              "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
     rng = random.Random(7)  # the same order on every rank
 
-    for bench in BENCHMARKS:
+    for bench in args.benchmarks.split(","):
         for nbytes in (int(x) for x in args.sizes.split(",")):
             iters = iterations_for(nbytes)
             send, recv = HostRegion(nbytes), HostRegion(nbytes)
@@ -88,11 +91,12 @@ def main() -> int:
                             figure = total / size if rank == 0 else 0.0
                     figures[name].append(figure)
             if rank == 0:
-                ratios = {name: statistics.mean(v / c for v, c in zip(figures[name], figures["c"]))
-                          for name in ("native", "python")}
+                per_block = {name: [v / c for v, c in zip(figures[name], figures["c"])] for name in ("native", "python")}
+                ratios = {name: statistics.mean(r) for name, r in per_block.items()}
+                medians = {name: statistics.median(r) for name, r in per_block.items()}
                 print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "blocks": args.blocks, "iterations": iters,
                                   "mean_us": {k: statistics.mean(v) for k, v in figures.items()},
-                                  "ratio_to_c": ratios}), flush=True)
+                                  "ratio_to_c": ratios, "ratio_to_c_median": medians}), flush=True)
             del prepared, call
             comm.Barrier()
     return 0
