@@ -78,18 +78,16 @@ def imb_overlap_pct(overall: float, compute: float, pure: float) -> float:
     return float(100.0 * max(0.0, min(1.0, (pure + compute - overall) / longer)))
 
 
-_KERNELS: dict[tuple, object] = {}  #: one kernel state per (kernel, loop) in this process (stream arrays are big)
-
-
 def kernel_for(name: str, loop: TimedLoop, cache_bytes: int | None):
-    """This process's kernel ``name`` for ``loop``: the host kernels run from the loop's own library."""
-    key = (name, id(loop))
-    if key not in _KERNELS:
+    """The loop's kernel ``name``, made once per loop (the stream arrays are large): the host kernels run from
+    the loop's own library."""
+    kernels = loop.__dict__.setdefault("overlap_kernels", {})
+    if name not in kernels:
         if name == "gemm":
-            _KERNELS[key] = compute_kernels.CudaGemm()
+            kernels[name] = compute_kernels.CudaGemm()
         else:
-            _KERNELS[key] = compute_kernels.HostKernel(KERNELS[name], loop.kernel_library(), cache_bytes)
-    return _KERNELS[key]
+            kernels[name] = compute_kernels.HostKernel(KERNELS[name], loop.kernel_library(), cache_bytes)
+    return kernels[name]
 
 
 def describe_kernel(name: str, kernel, cal: Calibration) -> dict:
