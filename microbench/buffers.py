@@ -18,6 +18,7 @@ import mmap
 import os
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -73,23 +74,26 @@ class HostRegion:
             pass
 
 
-def huge_page_bytes(addresses: list[int]) -> int | None:
-    """Bytes backed by transparent huge pages in the mappings holding ``addresses`` (/proc/self/smaps).
+def huge_page_bytes(addresses: list[int], smaps: Iterable[str] | None = None) -> int | None:
+    """Bytes backed by transparent huge pages in the mappings holding ``addresses`` (``smaps``: the lines of
+    /proc/self/smaps, read here when not given); None when no mapping holds any of them.
 
     Each mapping counts once: the kernel may merge adjacent anonymous mappings (a pool's send and receive
     regions) into one, whose AnonHugePages then covers both."""
+    if smaps is None:
+        try:
+            with open("/proc/self/smaps") as f:
+                smaps = f.readlines()
+        except OSError:
+            return None
     found: dict[tuple[int, int], int] = {}
-    try:
-        with open("/proc/self/smaps") as f:
-            current = None
-            for line in f:
-                if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                    current = (lo, hi) if any(lo <= a < hi for a in addresses) else None
-                elif current is not None and line.startswith("AnonHugePages:"):
-                    found[current] = int(line.split()[1]) * 1024
-    except OSError:
-        return None
+    current = None
+    for line in smaps:
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            current = (lo, hi) if any(lo <= a < hi for a in addresses) else None
+        elif current is not None and line.startswith("AnonHugePages:"):
+            found[current] = int(line.split()[1]) * 1024
     return sum(found.values()) if found else None
 
 

@@ -33,6 +33,8 @@ class Measurement:
     iterations: int
     warmup: int
     check_errors: int | None  #: mismatched elements over all checked iterations (None: not checked)
+    #: --time-budget: the slowest rank's per-iteration time (s) the iteration count was chosen from
+    budget_estimate_s: float | None = None
     overlap: object | None = None  #: non-blocking benchmarks: the overlapped iterations (overlap.OverlapMeasurement)
 
 
@@ -110,25 +112,26 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop: TimedL
     if settings.time_budget_s is None and not settings.check and not loop.separate_warmup:
         hooks.before_timed_loop()
         durations = phase.run(settings.warmup + settings.iterations)[settings.warmup:]
-        iterations, warmup, errors = settings.iterations, settings.warmup, None
+        iterations, warmup, errors, estimate = settings.iterations, settings.warmup, None, None
     else:
-        durations, iterations, warmup, errors = _measure_apart(phase, barrier, agree_max, hooks)
+        durations, iterations, warmup, errors, estimate = _measure_apart(phase, barrier, agree_max, hooks)
 
     samples = durations.astype(np.float64) / 1e3 / per_iteration if timing else None
-    return Measurement(samples, first_us if timing else None, iterations, warmup, errors)
+    return Measurement(samples, first_us if timing else None, iterations, warmup, errors, estimate)
 
 
 def _measure_apart(phase: _Phase, barrier, agree_max, hooks: SizeHooks):
-    """Warmup, then (after a barrier) the timed iterations: (durations ns, iterations, warmup, errors)."""
+    """Warmup, then (after a barrier) the timed iterations: (durations ns, iterations, warmup, errors, the
+    time-budget estimate in s or None)."""
     settings = phase.settings
     warm = phase.run(settings.warmup)
-    warmup, iterations = settings.warmup, settings.iterations
+    warmup, iterations, estimate = settings.warmup, settings.iterations, None
     if settings.time_budget_s is not None:
         extra = max(0, 3 - len(warm))  # the estimate needs a few iterations
         if extra:
             warm = np.concatenate([warm, phase.run(extra)])
             warmup += extra
-        iterations = _budget_iterations(phase, warm, agree_max)
+        iterations, estimate = _budget_iterations(phase, warm, agree_max)
     each = settings.check or phase.sync is not None  # the timed iterations run one at a time
     phase.loop.begin_timed(phase.prepared, iterations, phase.position % len(phase.slots), each)
     barrier()
@@ -137,11 +140,17 @@ def _measure_apart(phase: _Phase, barrier, agree_max, hooks: SizeHooks):
         durations, errors = _checked(phase, iterations, hooks.corrupt)
     else:
         durations, errors = phase.run(iterations), None
-    return durations, iterations, warmup, errors
+    return durations, iterations, warmup, errors, estimate
 
 
-def _budget_iterations(phase: _Phase, warm: np.ndarray, agree_max) -> int:
-    """Iterations that fill ``--time-budget`` at the slowest rank's per-iteration time (warmup's mean)."""
+def budget_iterations(budget_s: float, per_iteration_s: float) -> int:
+    """Iterations that fill ``budget_s`` at ``per_iteration_s`` each: at least 1, at most MAX_BUDGET_ITERATIONS."""
+    return int(min(max(budget_s / max(per_iteration_s, 1e-9), 1), MAX_BUDGET_ITERATIONS))
+
+
+def _budget_iterations(phase: _Phase, warm: np.ndarray, agree_max) -> tuple[int, float]:
+    """(iterations that fill ``--time-budget``, the estimate they come from): the slowest rank's
+    per-iteration time, its warmup's mean plus, under --check, a checked iteration's untimed work."""
     per_iteration_s = float(np.mean(warm)) / 1e9
     if phase.settings.check:  # a checked iteration also fills, copies and verifies its slot (untimed work)
         k = phase.position % len(phase.slots)
@@ -152,7 +161,7 @@ def _budget_iterations(phase: _Phase, warm: np.ndarray, agree_max) -> int:
         phase.coll.verify(phase.slots[k], phase.ctx, 0)
         per_iteration_s += time.perf_counter() - t0
     estimate_s = agree_max(per_iteration_s)
-    return int(min(max(phase.settings.time_budget_s / max(estimate_s, 1e-9), 1), MAX_BUDGET_ITERATIONS))
+    return budget_iterations(phase.settings.time_budget_s, estimate_s), estimate_s
 
 
 def _checked(phase: _Phase, iterations: int, corrupt: bool) -> tuple[np.ndarray, int]:

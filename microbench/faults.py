@@ -23,6 +23,7 @@ import time
 from typing import Callable
 
 EXIT_TIMEOUT = 3
+LINGER_AFTER_SIGNAL_S = 3.0  #: ranks other than 0 wait this long after a signal before they exit
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -118,7 +119,10 @@ class SignalGuard:
             reason += " (from the launcher: a time limit, a cancel, or another rank that failed; see its error)"
         self.state.close("incomplete", reason)
         sys.stdout.flush()
-        time.sleep(0.3)  # let the launcher forward what this rank printed before it sees the rank exit
+        # Let the launcher forward what this rank printed before it sees the rank exit. The other ranks wait
+        # longer: a launcher that sees one rank exit kills the rest at once (Open MPI's prterun with SIGKILL), and
+        # on a loaded machine rank 0's signal thread may not have written the end record yet.
+        time.sleep(0.3 if self.state.rank == 0 else LINGER_AFTER_SIGNAL_S)
         os._exit(128 + signum)
 
 

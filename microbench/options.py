@@ -62,6 +62,14 @@ class RunOptions:
     compute_us: float | None = None  #: non-blocking: compute this many us at every size
     num_tests: int = 0  #: non-blocking: completion tests spread through the compute
     kernel: str = "flops"  #: non-blocking: flops | stream | gemm (--kernel auto: gemm for torch on CUDA, else flops)
+    # diagnostics (docs/diagnostics.md): bisection, soak cycles, straggler columns
+    bisect: bool = False  #: run the bisection (microbench run bisect)
+    bisect_benchmark: str = "allreduce"  #: the collective bisection measures
+    bisect_size: int = 1 << 20  #: bytes per rank of each bisection measurement
+    cycles: int | None = None  #: soak: repeat everything this many times
+    duration: float | None = None  #: soak: start cycles until this many seconds have passed
+    check_every: int | None = None  #: soak: check the data (as -c) in every K-th cycle
+    straggler_columns: bool = False  #: the table shows skew and the slowest and fastest rank
 
     def sizes_for(self, benchmark: str) -> list[int]:
         """The sizes one benchmark sweeps (the workload's, with --sizes-from)."""
@@ -73,7 +81,8 @@ class RunOptions:
     def from_args(cls, args) -> "RunOptions":
         """The options of ``microbench run``, checked (a UsageError names the first bad one)."""
         by_benchmark = _workload_sizes(args)
-        benchmarks, pairs = _benchmark_names(args.benchmarks or list(DEFAULT_BENCHMARKS))
+        benchmarks, named = _benchmark_names(args.benchmarks or list(DEFAULT_BENCHMARKS))
+        pairs = PAIRS_NAME in named
         sizes = sorted({x for v in by_benchmark.values() for x in v}) if by_benchmark else \
             parse_sizes(args.sizes or DEFAULT_SIZES)
         pair_sizes = (min(sizes), max(sizes)) if args.sizes else (8, 1 << 20)
@@ -93,7 +102,7 @@ class RunOptions:
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
                    gpus_per_node=args.gpus_per_node, reduce_scatter_call=args.reduce_scatter_call,
-                   **_overlap_options(args, benchmarks))
+                   **_diagnostic_options(args, BISECT_NAME in named), **_overlap_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -115,25 +124,49 @@ def _workload_sizes(args) -> dict[str, list[int]] | None:
         key = name.lower().replace("-", "_")
         if key in COLLECTIVES and COLLECTIVES[key].nonblocking and key[1:] in by_benchmark:
             by_benchmark.setdefault(key, by_benchmark[key[1:]])
-    missing = [b for b in args.benchmarks if b not in by_benchmark and b != "pairs"]
+    missing = [b for b in args.benchmarks if b not in by_benchmark and b not in (PAIRS_NAME, BISECT_NAME)]
     if missing:
         raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")
     return by_benchmark
 
 
-def _benchmark_names(names: list[str]) -> tuple[list[str], bool]:
-    """(canonical benchmark names in order, once each; whether the pairwise link test was named)."""
+PAIRS_NAME, BISECT_NAME = "pairs", "bisect"  #: the names of the pairwise link test and of bisection
+
+
+def _benchmark_names(names: list[str]) -> tuple[list[str], set[str]]:
+    """(canonical benchmark names in order, once each; which of pairs and bisect were named)."""
     if names == ["all"]:
         names = list(COLLECTIVES)
-    benchmarks, pairs = [], False
+    benchmarks, named = [], set()
     for name in names:
-        if name.lower() == "pairs":
-            pairs = True
+        if name.lower() in (PAIRS_NAME, BISECT_NAME):
+            named.add(name.lower())
             continue
         coll = get_collective(name)
         if coll.name not in benchmarks:
             benchmarks.append(coll.name)
-    return benchmarks, pairs
+    return benchmarks, named
+
+
+def _diagnostic_options(args, bisect: bool) -> dict:
+    """The bisection, soak and straggler-column options, checked."""
+    from microbench.soak import parse_duration
+
+    bisect_coll = get_collective(args.bisect_benchmark)
+    if bisect_coll.point_to_point:
+        raise UsageError(f"--bisect-benchmark {bisect_coll.name} is point to point; bisection measures a collective "
+                         f"(allreduce, allgather, reduce_scatter, alltoall, broadcast, reduce)")
+    if bisect and args.backend != "mpi":
+        raise UsageError("bisect splits MPI communicators: it needs --backend mpi")
+    for flag, value in (("--cycles", args.cycles), ("--check-every", args.check_every)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1 (got {value})")
+    duration = parse_duration(args.duration) if args.duration is not None else None
+    if args.check_every is not None and args.cycles is None and duration is None:
+        raise UsageError("--check-every applies to soak runs: add --cycles N or --duration T")
+    return {"bisect": bisect, "bisect_benchmark": bisect_coll.name, "bisect_size": parse_size(args.bisect_size),
+            "cycles": args.cycles, "duration": duration, "check_every": args.check_every,
+            "straggler_columns": args.straggler_columns}
 
 
 def _check_values(args, benchmarks: list[str]) -> None:

@@ -8,8 +8,9 @@ measures one pair at a time (N(N-1)/2 rounds) for interference-free figures.
 Each cell is the p50 of that pair's per-iteration samples: latency (half the round trip) at the smallest
 size of ``-m``, bandwidth (osu_bw's window, size / per-message time) at the largest. Outliers are cells
 whose modified z-score, 0.6745 (x - median) / MAD over all cells, exceeds ``OUTLIER_Z`` in the bad direction
-(slower latency, lower bandwidth); MAD is floored at 5 % of the median, so a uniform matrix (or noise of a few per cent) flags
-nothing. A bad node (not one link) spoils a whole row, which with few nodes can move the median of all cells
+(slower latency, lower bandwidth; bandwidth is judged on the reciprocal of each cell, the time per byte, since
+GB/s cannot fall below 0); MAD is floored at 5 % of the median, so a uniform matrix (or noise of a few per
+cent) flags nothing. A bad node (not one link) spoils a whole row, which with few nodes can move the median of all cells
 itself; ``node_outliers`` applies the same rule to each participant's row median instead.
 """
 
@@ -85,13 +86,15 @@ def outliers(matrix: list[list[float | None]], higher_is_worse: bool, z_limit: f
     cells = [(i, j, v) for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
     if len(cells) < 3:
         return [], {"median": None, "mad": None, "z_limit": z_limit, "cells": len(cells)}
-    flagged, rule = _flag([v for _, _, v in cells], higher_is_worse, z_limit)
+    flagged, rule = _flag_cells([v for _, _, v in cells], higher_is_worse, z_limit)
     found = [Outlier(cells[k][0], cells[k][1], cells[k][2], z) for k, z in flagged]
     return found, {**rule, "cells": len(cells)}
 
 
-def _flag(values: list[float], higher_is_worse: bool, z_limit: float) -> tuple[list[tuple[int, float]], dict]:
-    """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule."""
+def flag_outliers(values: list[float], higher_is_worse: bool,
+                  z_limit: float = OUTLIER_Z) -> tuple[list[tuple[int, float]], dict]:
+    """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule
+    (the pairwise test's, also used by straggler attribution and bisection)."""
     med = statistics.median(values)
     mad = max(statistics.median(abs(v - med) for v in values), _MAD_FLOOR * abs(med))
     found = []
@@ -101,6 +104,20 @@ def _flag(values: list[float], higher_is_worse: bool, z_limit: float) -> tuple[l
             found.append((k, z))
     bound = med + (1 if higher_is_worse else -1) * z_limit * mad / 0.6745
     return found, {"median": med, "mad": mad, "z_limit": z_limit, "threshold": bound}
+
+
+def _flag_cells(values: list[float], higher_is_worse: bool, z_limit: float) -> tuple[list[tuple[int, float]], dict]:
+    """``flag_outliers`` for matrix cells. Where lower is worse (bandwidth) the rule is applied to the
+    reciprocals, the time per byte each cell is measured from: bandwidth is bounded below by 0, so with links
+    that spread by more than 19 % of their median a threshold in GB/s falls below zero and no link, not even a
+    dead one, could be flagged. z is then negative for slow cells, and the median and threshold are given back
+    in the cells' unit."""
+    if higher_is_worse:
+        return flag_outliers(values, True, z_limit)
+    found, rule = flag_outliers([1.0 / v if v > 0 else float("inf") for v in values], True, z_limit)
+    return ([(k, -z) for k, z in found],
+            {"median": 1.0 / rule["median"] if rule["median"] else float("inf"), "mad": rule["mad"],
+             "mad_of": "the reciprocals of the cells", "z_limit": z_limit, "threshold": 1.0 / rule["threshold"]})
 
 
 def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
@@ -113,7 +130,7 @@ def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
     known = [(i, m) for i, m in enumerate(medians) if m is not None]
     if len(known) < 4:
         return [], {"median": None, "mad": None, "z_limit": z_limit, "nodes": len(known)}
-    found, rule = _flag([m for _, m in known], higher_is_worse, z_limit)
+    found, rule = _flag_cells([m for _, m in known], higher_is_worse, z_limit)
     return [(known[k][0], known[k][1], z) for k, z in found], {**rule, "nodes": len(known)}
 
 
@@ -190,6 +207,7 @@ def _measure_matrix(rc: RunContext, test: Plan, metric: Metric, size: int) -> tu
         pool = rc.transport.pool(size_plan, dtype, 1, True, o.huge_pages)
         try:
             calls, backend, loop = rc.transport.calls(coll, ctx, pool)
+            loop = rc.hooks.slowed(rc.rank, loop)  # MICROBENCH_TEST_SLOW_RANK (tests only)
             copies = {"push": pool.push, "pull": pool.pull} if pool.copies else {}
             m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(), lambda v: v,
                                timing=initiator, hooks=rc.hooks.at(rc.rank, coll.name, size_plan.size_bytes),
@@ -210,7 +228,8 @@ def _measure_matrix(rc: RunContext, test: Plan, metric: Metric, size: int) -> tu
         run_id=rc.run_id, metric=metric.name, plan=size_plan, dtype=dtype, opts=o, nranks=rc.nranks,
         iterations=iterations, warmup=warmup, loop=build.LoopFacts.of(loop), check=check,
         latency_us=_latency_over_pairs([metric.latency_us(size_plan.size_bytes, v) for v in values]),
-        matrix_fields=_matrix_fields(test, metric, matrix), wall_s=round(time.perf_counter() - started, 4))
+        matrix_fields=_matrix_fields(test, metric, matrix), wall_s=round(time.perf_counter() - started, 4),
+        cycle=rc.cycle)
     return record, check
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 from microbench.errors import UsageError
+from microbench.gate import select
 from microbench.gate.metrics import LATENCY_STATS
 from microbench.pairs import PAIRS
 from microbench.plotting.heatmap import heatmap
@@ -35,43 +37,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"latency statistic of the line ({', '.join(LATENCY_STATS)}; default p50)")
     p.add_argument("--band", choices=("p10-p90", "min-max", "none"), default="p10-p90",
                    help="spread drawn around the line: p10-p90 (default), min-max, or none")
-    p.add_argument("--by", choices=("run", "config"), default="run",
-                   help="one curve per run and configuration (default), or per configuration with runs merged")
+    p.add_argument("--by", choices=("auto", "run", "config"), default="auto",
+                   help="one curve per run and configuration, or per configuration with runs merged (median "
+                        "over runs, band over runs, newest run marked); auto (default): per run up to "
+                        "5 runs of a benchmark, merged past that")
     p.add_argument("--bw", choices=("busbw", "algbw"), default="busbw", help="bandwidth panel (default busbw)")
     p.add_argument("--svg", action="store_true", help="also write SVG beside each PNG")
+    select.add_arguments(p)
 
 
 def main(args) -> int:
     from microbench.collectives import COLLECTIVES
-    from microbench.gate.load import benchmark_names, load_runs
+    from microbench.gate.load import benchmark_names, load_table
     from microbench.plotting import curves, overlap
+    from microbench.records import read_runs
 
     wanted = benchmark_names(args.benchmark)
-    runs = load_runs(args.results)
-    found: dict[str, int] = {}
-    for run in runs:
-        for res in run.results:
-            name = res.get("benchmark")
-            found[name] = found.get(name, 0) + 1
+    table = load_table(args.results, stats=curves.band_stats(args.stat, args.band),
+                       selection=select.Selection.from_args(args))
+    found = Counter(table.benchmarks().tolist())
     for name, count in sorted(found.items(), key=lambda kv: str(kv[0])):
         if name not in COLLECTIVES and name != PAIRS:
             note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
     written = []
+    runs = None  #: the runs' records, read when a non-blocking benchmark's overlap is drawn
     for name in names:
-        series = curves.build_series(runs, name, args.stat, args.band, args.by, args.bw)
+        by = curves.resolve_by(args.by, len(table.used_runs(curves.benchmark_rows(table, name, args.stat))))
+        series = curves.build_series(table, name, args.stat, args.band, by, args.bw)
         if not series:
             note(f"no results of {name} with a {args.stat} latency" + (" (asked for with -b)" if wanted else ""))
             continue
         for suffix in (".png", ".svg") if args.svg else (".png",):
-            written.append(curves.draw(name, COLLECTIVES[name].summary, series, runs, out_dir / f"{name}{suffix}",
-                                       args.stat, args.band, args.by, args.bw))
-            if COLLECTIVES[name].nonblocking:  # and its overlap against size
+            written.append(curves.draw(name, COLLECTIVES[name].summary, series, table, out_dir / f"{name}{suffix}",
+                                       args.stat, args.band, by, args.bw))
+            if COLLECTIVES[name].nonblocking:  # and its overlap against size (from the records themselves)
+                runs = runs if runs is not None else read_runs(args.results)
                 written += filter(None, [overlap.draw(name, COLLECTIVES[name].summary, runs,
                                                       out_dir / f"{name}-overlap{suffix}")])
     if wanted is None or PAIRS in wanted:
-        written += draw_pairs(runs, out_dir, args.svg)
+        written += draw_pairs(table, out_dir, args.svg)
     if not written:
         raise UsageError(f"nothing to plot in {', '.join(args.results)}")
     for path in written:
@@ -79,21 +85,20 @@ def main(args) -> int:
     return 0
 
 
-def draw_pairs(runs, out_dir: Path, svg: bool) -> list[Path]:
+def draw_pairs(table, out_dir: Path, svg: bool) -> list[Path]:
     """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked."""
     written = []
-    for run in runs:
-        for res in run.results:
-            if res.get("benchmark") != PAIRS or not res.get("matrix"):
-                continue
-            what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
-            title = (f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} "
-                     f"({res.get('run_id') or run.run_id})")
-            cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
-            stem = f"pairs-{res['metric']}-{res.get('run_id') or run.run_id}"
-            for suffix in (".png", ".svg") if svg else (".png",):
-                written.append(heatmap(res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
-                                       out_dir / f"{stem}{suffix}", outliers=cells))
+    for row in sorted(table.extras):
+        res = table.record(row)
+        if res.get("benchmark") != PAIRS or not res.get("matrix"):
+            continue
+        what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
+        title = f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} ({res['run_id']})"
+        cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
+        stem = f"pairs-{res['metric']}-{res['run_id']}"
+        for suffix in (".png", ".svg") if svg else (".png",):
+            written.append(heatmap(res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
+                                   out_dir / f"{stem}{suffix}", outliers=cells))
     return written
 
 

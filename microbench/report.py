@@ -8,12 +8,13 @@ import sys
 from typing import TextIO
 
 from microbench import overlap_stats
-
+from microbench.diagnostics_report import DIAGNOSTIC_LINES
 
 COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "AlgBW(GB/s)", "BusBW(GB/s)", "Check")
 _WIDTHS = (12, 11, 11, 11, 11, 11, 13, 13, 7)
 #: Optional columns, shown when the run's options make them meaningful: name -> (header, width).
-EXTRA_COLUMNS = {"cache": ("Cache", 7), "first": ("First(us)", 11)}
+EXTRA_COLUMNS = {"cache": ("Cache", 7), "first": ("First(us)", 11), "skew": ("Skew", 10),
+                 "slowest": ("Slowest", 16), "fastest": ("Fastest", 16)}
 
 
 def _fmt_row(values, widths) -> str:
@@ -45,7 +46,20 @@ def format_result_row(res: dict, extra=()) -> str:
         elif e == "first":
             first = res.get("first_call_us")
             values.append(_us(first.get("max")) if isinstance(first, dict) else "-")
+        else:
+            values.append(_straggler_cell(res.get("stragglers"), e))
     return _fmt_row(values, _widths(extra))
+
+
+def _straggler_cell(block: dict | None, column: str) -> str:
+    """Skew as ``12.3x``; the slowest or fastest rank as its node's label (the host, or ``rank N`` on one host)."""
+    if not block:
+        return "-"
+    if column == "skew":
+        return "-" if block.get("skew") is None else f"{block['skew']:.2f}x"
+    who = block[column]
+    label = f"rank {who['rank']}" if block.get("unit") == "rank" else who["host"]
+    return label[-15:]
 
 
 def progress_wanted(stream: TextIO | None = None) -> bool:
@@ -152,6 +166,9 @@ class Table:
                 self._print(line)
         elif kind == "result":
             self._print(overlap_stats.row(rec) if rec.get("overlap") else format_result_row(rec, self.extra))
+        elif kind in DIAGNOSTIC_LINES:
+            for line in DIAGNOSTIC_LINES[kind](rec):
+                self._print(line)
         elif kind == "note":
             self._print(f"# note: {rec['text']}")
         elif kind == "end":

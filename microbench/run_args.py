@@ -2,8 +2,10 @@
 
 Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
 reduce, alltoall, bibw, and the non-blocking iallreduce, iallgather, ireduce_scatter, ibroadcast, ireduce,
-ialltoall (t_pure and its overlap with compute, docs/overlap.md); 'all' runs every one. 'pairs' is the pairwise link test: latency and bandwidth
-between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. Under mpiexec,
+ialltoall (t_pure and its overlap with compute, docs/overlap.md); 'all' runs every one. 'pairs' is the
+pairwise link test: latency and bandwidth
+between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. 'bisect' finds
+the node that slows a collective in O(log N) rounds (docs/diagnostics.md). Under mpiexec,
 srun or torchrun the ranks the launcher started are used; alone, --np N starts N local ranks with the
 mpiexec of the installed MPI.
 
@@ -21,10 +23,25 @@ from microbench.dtypes import DTYPES, OPS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``microbench run``, in groups as ``--help`` shows them."""
+    _add_sweep(p)
+    _add_measured(p)
+    _add_overlap(p)
+    _add_cache(p)
+    _add_transport(p)
+    g = p.add_argument_group("faults")
+    g.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="end the whole job when one size takes longer than this, naming the benchmark and size "
+                        "that stalled (default 600; 0 turns the watchdog off)")
+    _add_diagnostics(p)
+    _add_output(p)
+
+
+def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("benchmarks", nargs="*", metavar="BENCH",
                    help="benchmarks to run (default: allreduce allgather reduce_scatter broadcast latency bw; "
                         "'all' adds reduce, alltoall, bibw and the non-blocking i<name> ones); 'pairs' is the "
-                        "pairwise link test")
+                        "pairwise link test, 'bisect' the search for a slow node")
     g = p.add_argument_group("sweep")
     g.add_argument("-m", "--sizes", metavar="SIZES",
                    help="message sizes: MIN:MAX doubling, K/M/G suffixes (powers of 2), comma lists; "
@@ -42,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="instead of -i: choose each size's iteration count to take about this long")
     g.add_argument("--np", type=int, metavar="N",
                    help="start N local ranks with the mpiexec of the installed MPI (when not under a launcher)")
+
+
+def _add_measured(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what is measured")
     g.add_argument("--dtype", choices=list(DTYPES), metavar="TYPE",
                    help=f"element type ({', '.join(DTYPES)}); default float32 for reductions, uint8 otherwise")
@@ -60,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "malloc), on (madvise), off (never); recorded with results (default system)")
     g.add_argument("--serial", action="store_true",
                    help="pairs: measure one pair at a time instead of N/2 disjoint pairs per round")
+
+
+def _add_overlap(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("non-blocking benchmarks (overlap with compute, docs/overlap.md)")
     g.add_argument("--compute-ratio", type=float, metavar="R",
                    help="compute for R x t_pure (the mean across ranks of post + wait back to back) between post "
@@ -71,6 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel", choices=("auto", "flops", "stream", "gemm"),
                    help="the compute: flops (compute-bound, in registers), stream (memory-bandwidth-bound triad "
                         "over twice the LLC), gemm (torch on CUDA); auto: gemm for torch on CUDA, else flops")
+
+
+def _add_cache(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cache and first call")
     g.add_argument("--cache", choices=("warm", "cold", "both"), default="warm",
                    help="warm: the same buffers every iteration (default); cold: each iteration uses buffers out "
@@ -84,6 +110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write a buffer of twice the cache size, then a barrier, before every iteration (untimed)")
     g.add_argument("--first-call-samples", type=int, default=1, metavar="K",
                    help="time the first call at each size on K fresh buffer sets (default 1)")
+
+
+def _add_transport(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("transport and devices")
     g.add_argument("--backend", choices=("mpi", "torch"), default="mpi",
                    help="mpi: mpi4py on the MPI mpi4py loaded (default); torch: torch.distributed")
@@ -112,12 +141,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "built); mpi4py (the Python loop calling mpi4py, "
                         "what an mpi4py program pays per call); auto: native where it builds, else mpi4py "
                         "with a notice (default auto)")
-    g = p.add_argument_group("faults")
-    g.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="end the whole job when one size takes longer than this, naming the benchmark and size "
-                        "that stalled (default 600; 0 turns the watchdog off)")
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="FILE.jsonl", help="append JSON Lines records (flushed after each size)")
     g.add_argument("--csv", metavar="FILE", help="append one CSV row per size")
     g.add_argument("--samples", metavar="FILE",
                    help="also write every rank's raw per-iteration latencies (JSON Lines, gathered to rank 0)")
+
+
+def _add_diagnostics(p: argparse.ArgumentParser) -> None:
+    """Soak cycles, bisection and the straggler columns (docs/diagnostics.md)."""
+    g = p.add_argument_group("diagnostics: soak runs, bisection, stragglers")
+    g.add_argument("--cycles", type=int, metavar="N",
+                   help="soak: run everything the command names N times, each cycle numbered and timestamped")
+    g.add_argument("--duration", metavar="T",
+                   help="soak: start new cycles until T has passed (seconds, or 90s, 30m, 12h); the cycle running "
+                        "then finishes")
+    g.add_argument("--check-every", type=int, metavar="K",
+                   help="soak: validate received data (as -c) in every K-th cycle (cycles K, 2K, ...)")
+    g.add_argument("--bisect-benchmark", default="allreduce", metavar="BENCH",
+                   help="bisect: the collective each round measures (default allreduce)")
+    g.add_argument("--bisect-size", default="1M", metavar="SIZE",
+                   help="bisect: its message size, bytes per rank (default 1M)")
+    g.add_argument("--straggler-columns", action="store_true",
+                   help="add Skew (slowest over fastest rank mean), Slowest and Fastest (rank or host) to the table; "
+                        "the records always carry them")

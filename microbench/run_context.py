@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from microbench.faults import Watchdog
+from microbench.nodes import NodePlane
 from microbench.options import RunOptions
 from microbench.records import Output
 from microbench.report import Progress
@@ -26,6 +27,8 @@ class RunContext:
     run_id: str
     out: Output | None = None
     progress: Progress | None = None
+    nodes: NodePlane | None = None  #: per-node summaries on the control plane (microbench.nodes)
+    cycle: dict | None = None  #: the soak cycle being run ({"number", "started_utc"}), None outside soak runs
 
     @property
     def rank(self) -> int:

@@ -1,5 +1,5 @@
 """``microbench run`` on every rank, top-down: options -> world -> transport -> preflight -> run record ->
-sweep -> pairs -> end record.
+sweep -> pairs -> bisect (once, or once per soak cycle) -> end record.
 
 Errors found before the ranks can talk (a bad option on one rank) are held until the world exists and then
 raised on every rank together (microbench.agree). From the run record on, rank 0 writes every record
@@ -12,10 +12,11 @@ from __future__ import annotations
 import sys
 import uuid
 
-from microbench import agree, faults, launch, metadata, pairs, preflight, run_args, sweep
+from microbench import agree, bisection, faults, launch, metadata, pairs, preflight, run_args, soak, sweep
 from microbench.collectives import COLLECTIVES
 from microbench.device import DeviceChoice
 from microbench.errors import RunError, UsageError
+from microbench.nodes import NodePlane
 from microbench.options import RunOptions
 from microbench.records import Output, build
 from microbench.report import Progress, Table
@@ -54,16 +55,15 @@ def run(args, argv: list[str]) -> int:
 
     rc = set_up(world, opts, hooks, watchdog, selected)
     pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
+    bisect_plan = bisection.plan(rc.nodes.nodes, opts) if opts.bisect else None
+    cycles = soak.Soak(rc)
     if world.rank == 0:
-        _open_records(rc, state, argv, pairs_plan)
+        _open_records(rc, state, argv, pairs_plan, cycles)
 
     failed: list[str] = []
     status, reason = "failed", "interrupted"
     try:
-        for name in opts.benchmarks:
-            failed += [f"{name} {size}" for size in sweep.run_benchmark(rc, COLLECTIVES[name])]
-        if pairs_plan is not None:
-            failed += pairs.run_pairs(rc, pairs_plan)
+        failed = cycles.run(lambda cycle_rc: _measure(cycle_rc, pairs_plan, bisect_plan))
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"
@@ -77,6 +77,18 @@ def run(args, argv: list[str]) -> int:
     return 1 if failed else 0
 
 
+def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisection.Plan | None) -> list[str]:
+    """Collective: every benchmark's sweep, then the pairwise test and the bisection; what failed its check."""
+    failed = []
+    for name in rc.opts.benchmarks:
+        failed += [f"{name} {size}" for size in sweep.run_benchmark(rc, COLLECTIVES[name])]
+    if pairs_plan is not None:
+        failed += pairs.run_pairs(rc, pairs_plan)
+    if bisect_plan is not None:
+        failed += bisection.run_bisection(rc, bisect_plan)
+    return failed
+
+
 def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog,
            selected: tuple[DeviceChoice, int | None] | None = None) -> RunContext:
     """Collective: transport -> hosts -> preflight -> timed loop; the run's context (records not opened).
@@ -87,7 +99,8 @@ def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.W
     preflight.check_run(opts, world, layout, transport)
     choose_loop(world, opts, transport)
     return RunContext(opts, world, layout, transport, hooks, watchdog,
-                      run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None))
+                      run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
+                      nodes=NodePlane.build(world.reducer, layout.hosts_by_rank))
 
 
 def _read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
@@ -127,15 +140,15 @@ def _mpi_first_line(transport: Transport) -> str:
     return lib.version_string.splitlines()[0] if lib and lib.version_string else ""
 
 
-def _open_records(rc: RunContext, state: faults.RunState, argv: list[str], pairs_plan) -> None:
+def _open_records(rc: RunContext, state: faults.RunState, argv: list[str], pairs_plan, cycles: soak.Soak) -> None:
     """Rank 0: the progress bar, the one writer, the run record, and the notes and warnings it carries."""
     from microbench.backends.mpi import shadow_warning
 
     o = rc.opts
     total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(pairs_plan.schedule) if pairs_plan else 0)
-    rc.progress = Progress(total)
+    rc.progress = Progress(total * (o.cycles or 1))
     rc.out = Output(o.out, o.csv, Table(progress=rc.progress), samples_path=o.samples)
-    state.close_records = lambda status, reason: _close_records(rc, status, reason)
+    state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
     rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport))
     if rc.transport.notice:
         rc.note(rc.transport.notice)
@@ -147,8 +160,9 @@ def _open_records(rc: RunContext, state: faults.RunState, argv: list[str], pairs
         rc.note(text)
 
 
-def _close_records(rc: RunContext, status: str, reason: str) -> None:
-    """Rank 0: the run's end record (called once, from whichever thread ends the run)."""
+def _close_records(rc: RunContext, status: str, reason: str, cycles: soak.Soak) -> None:
+    """Rank 0: the soak summary and the run's end record (called once, from whichever thread ends the run)."""
+    cycles.close()
     rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results)))
     rc.out.close()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from microbench import agree, engine, overlap, overlap_stats, stats
+from microbench import agree, engine, overlap, overlap_stats, stats, stragglers
 from microbench.cache import PoolPlan, plan_pool, touched_slots
 from microbench.collectives import POISON, Collective, Context, pair_of, participates
 from microbench.dtypes import DType
@@ -50,6 +50,7 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
     ctx = context_for(rc, coll)
     if rc.out is not None:
         extra = (["cache"] if o.cache != "warm" else []) + (["first"] if o.first_call_samples > 1 else [])
+        extra += list(STRAGGLER_COLUMNS) if o.straggler_columns else []
         lines = section_lines(coll, dtype, o, rc.transport, rc.nranks, len(rc.layout.ranks_per_host), ctx.in_place)
         rc.out.section({"benchmark": coll.name, "summary": coll.summary, "lines": lines, "extra_columns": extra,
                         "table": "overlap" if coll.nonblocking else "latency"})
@@ -71,7 +72,7 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
             if result is None:
                 continue
             if result["check"] == "fail":
-                failed.append(f"{format_size(size)} ({mode})" if o.cache == "both" else format_size(size))
+                failed.append(_failure_text(result, size, mode if o.cache == "both" else None))
             rc.out.result(result)
     unit = f"{rc.nranks} x {dtype.name}" if coll.count_multiple(rc.nranks) > 1 else dtype.name
     if skipped:
@@ -79,6 +80,15 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
     if rounded:
         rc.note(f"{coll.name}: sizes rounded down to whole elements of {unit} (B): {', '.join(rounded)}")
     return rc.reducer.bcast(failed, root=0)
+
+
+STRAGGLER_COLUMNS = ("skew", "slowest", "fastest")  #: the table's optional straggler columns
+
+
+def _failure_text(result: dict, size: int, mode: str | None) -> str:
+    """A failed size as the end-of-run message names it, with the nodes whose data was wrong."""
+    nodes = [f["label"] for f in result.get("check_failures") or ()]
+    return format_size(size) + (f" ({mode})" if mode else "") + (f" at {', '.join(nodes)}" if nodes else "")
 
 
 def measure_pass(rc: RunContext, job: SizeJob, mode: str, first_call: bool) -> dict | None:
@@ -108,7 +118,7 @@ def measure_pass(rc: RunContext, job: SizeJob, mode: str, first_call: bool) -> d
     return build.result_record(run_id=rc.run_id, coll=job.coll, plan=job.plan, requested=job.requested,
                                dtype=job.dtype, in_place=job.ctx.in_place, opts=o, nranks=rc.nranks,
                                transport=rc.transport, layout=rc.layout, cache=mode, pool=pool_plan, loop=loop,
-                               figures=figures)
+                               figures=figures, cycle=rc.cycle)
 
 
 def _cold_pool(rc: RunContext, job: SizeJob, iterations: int, warmup: int, first_call: bool) -> PoolPlan:
@@ -128,6 +138,7 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
     """Build the calls on ``pool`` and time them: (measurement, loop facts, further first calls, huge-page bytes)."""
     coll, plan = job.coll, job.plan
     calls, backend, loop = rc.transport.calls(coll, job.ctx, pool)
+    loop = rc.hooks.slowed(rc.rank, loop)  # MICROBENCH_TEST_SLOW_RANK (tests only)
     hooks = rc.hooks.at(rc.rank, coll.name, plan.size_bytes)
     hooks.at_start(f"rank {rc.rank} at {coll.name} {plan.size_bytes} B")
     copies = {"push": pool.push, "pull": pool.pull} if pool.copies else {}
@@ -181,12 +192,14 @@ def _summarise(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra:
     if m.check_errors is not None:
         check = "pass" if agree.sum_of(rc.reducer, m.check_errors) == 0 else "fail"
     huge_total = agree.sum_of(rc.reducer, huge or 0)
+    ranks, failures = stragglers.summarize(rc.nodes, rc.layout.hosts_by_rank, m.samples_us, m.check_errors)
     overlap_figures = overlap_stats.summarize(m.overlap, rc.reducer, overlap.OverlapPlan.of(rc.opts)) \
         if job.coll.nonblocking else None
     if rc.rank != 0:
         return None
     return build.Figures(latency, first, check, m.iterations, m.warmup, huge_total,
-                         round(time.perf_counter() - started, 4), overlap=overlap_figures)
+                         round(time.perf_counter() - started, 4), m.budget_estimate_s, ranks, failures,
+                         overlap=overlap_figures)
 
 
 def _write_samples(rc: RunContext, job: SizeJob, mode: str, m: engine.Measurement) -> None:

@@ -13,6 +13,12 @@ at the start of a run, and a malformed value is a usage error.
   checked iteration (``--check`` must then fail).
 - ``MICROBENCH_TEST_SLOT_REPORT=PATH``: each rank appends, per size, how many cold-pool slots the
   iterations wrote to ``PATH.RANK`` (JSON lines).
+- ``MICROBENCH_TEST_SLOW_RANK=RANK:MICROSECONDS``: that rank starts every iteration of every size (the first
+  call, warmup and timed iterations, in the sweep, the pairwise test and bisection) that long late: a
+  straggler. See ``SlowedLoop`` for how, and what each loop then measures.
+
+The targeted hooks take an optional fourth field, ``RANK:BENCH:SIZE:CYCLE``: they fire only in that cycle
+of a soak run (``--cycles``/``--duration``); without it they fire in every cycle.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import numpy as np
 
 from microbench.errors import UsageError
 
@@ -34,21 +42,26 @@ STALL_SECONDS = 3600.0
 
 @dataclass(frozen=True)
 class Target:
-    """One (rank, benchmark, size in bytes) a hook fires at."""
+    """One (rank, benchmark, size in bytes) a hook fires at, in one soak cycle or (None) in every cycle."""
 
     rank: int
     benchmark: str
     size: int
+    cycle: int | None = None
 
     @classmethod
     def parse(cls, var: str, text: str) -> "Target":
         parts = text.split(":")
         try:
-            if len(parts) != 3 or not parts[1]:
+            if len(parts) not in (3, 4) or not parts[1]:
                 raise ValueError
-            return cls(int(parts[0]), parts[1], int(parts[2]))
+            cycle = int(parts[3]) if len(parts) == 4 else None
+            if cycle is not None and cycle < 1:
+                raise ValueError
+            return cls(int(parts[0]), parts[1], int(parts[2]), cycle)
         except ValueError:
-            raise UsageError(f"{var}={text!r}: expected RANK:BENCHMARK:SIZE (e.g. 1:allreduce:32)") from None
+            raise UsageError(f"{var}={text!r}: expected RANK:BENCHMARK:SIZE or RANK:BENCHMARK:SIZE:CYCLE "
+                             f"(e.g. 1:allreduce:32)") from None
 
     def hits(self, rank: int, benchmark: str, size: int) -> bool:
         return (self.rank, self.benchmark, self.size) == (rank, benchmark, size)
@@ -85,12 +98,13 @@ class FaultHooks:
 
     targets: Mapping[str, Target]
     slot_report: str | None = None
+    slow_rank: tuple[int, float] | None = None  #: (rank, delay in seconds) of MICROBENCH_TEST_SLOW_RANK
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, warn: bool = True) -> "FaultHooks":
         """Parse the hook variables; without ``MICROBENCH_TESTING=1`` they are ignored (``warn``: say so)."""
         env = os.environ if env is None else env
-        names = [f"MICROBENCH_TEST_{k}" for k in (*_TARGETED, "SLOT_REPORT")]
+        names = [f"MICROBENCH_TEST_{k}" for k in (*_TARGETED, "SLOT_REPORT", "SLOW_RANK")]
         set_names = [n for n in names if env.get(n)]
         if not set_names:
             return cls({})
@@ -101,7 +115,8 @@ class FaultHooks:
             return cls({})
         targets = {k: Target.parse(f"MICROBENCH_TEST_{k}", env[f"MICROBENCH_TEST_{k}"])
                    for k in _TARGETED if env.get(f"MICROBENCH_TEST_{k}")}
-        return cls(targets, env.get("MICROBENCH_TEST_SLOT_REPORT") or None)
+        return cls(targets, env.get("MICROBENCH_TEST_SLOT_REPORT") or None,
+                   _parse_slow_rank(env.get("MICROBENCH_TEST_SLOW_RANK")))
 
     def check_usable(self, timeout_s: float) -> None:
         """A stall without the watchdog would hang the test run: refuse it."""
@@ -116,8 +131,72 @@ class FaultHooks:
         return SizeHooks(raise_now="RAISE" in fired, kill="KILL" in fired, stall="STALL" in fired,
                          corrupt="CORRUPT" in fired)
 
+    def for_cycle(self, cycle: int) -> "FaultHooks":
+        """The hooks of one soak cycle: targets with a cycle fire only in theirs."""
+        return replace(self, targets={k: t for k, t in self.targets.items() if t.cycle in (None, cycle)})
+
+    def slowed(self, rank: int, loop: Any) -> Any:
+        """``loop`` itself, or on the MICROBENCH_TEST_SLOW_RANK rank a ``SlowedLoop`` around it."""
+        if self.slow_rank is None or self.slow_rank[0] != rank:
+            return loop
+        return SlowedLoop(loop, self.slow_rank[1])
+
     def report_slots(self, record: dict) -> None:
         """Append one size's slot usage to ``PATH.RANK`` (``MICROBENCH_TEST_SLOT_REPORT``)."""
         if self.slot_report:
             with open(f"{self.slot_report}.{record['rank']}", "a") as f:
                 f.write(json.dumps(record) + "\n")
+
+
+def _parse_slow_rank(text: str | None) -> tuple[int, float] | None:
+    """``RANK:MICROSECONDS`` -> (rank, seconds); a malformed value is a usage error."""
+    if not text:
+        return None
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        rank, delay_us = int(parts[0]), float(parts[1])
+        if rank < 0 or not 0 < delay_us <= 60e6:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"MICROBENCH_TEST_SLOW_RANK={text!r}: expected RANK:MICROSECONDS with a delay above 0 "
+                         f"and at most 60 s (e.g. 3:20000)") from None
+    return rank, delay_us / 1e6
+
+
+class SlowedLoop:
+    """A timed loop whose rank starts every iteration ``delay_s`` late (MICROBENCH_TEST_SLOW_RANK).
+
+    It runs the wrapped loop one iteration at a time and sleeps before each, outside that iteration's timing,
+    whatever the loop (native C, the C call shim, mpi4py, torch): no timed code changes. The slowed rank thus
+    arrives late at every call, as a straggler does, and what each side measures follows:
+
+    - collectives in which every rank waits for every other (allreduce, allgather, reduce_scatter, alltoall):
+      every other rank's iteration takes about ``delay_s`` longer; the slowed rank's own iteration is short,
+      since the others are already waiting (it is the *fastest* rank of the records: the one waited on);
+    - rooted collectives: only the ranks that wait for the slowed rank's data (the root of a reduce, any rank
+      of a broadcast from it) are slowed;
+    - ping-pong and the windowed stream (latency, bw, the pairs test): the side that times (the initiator, the
+      lower rank of a pair) sees ``delay_s`` more per round trip when the slowed rank is its peer; when the
+      slowed rank is the initiator its own timing leaves the sleep out and nothing is slowed;
+    - ``--sync barrier`` and ``--flush``: the barrier before each iteration absorbs the late arrival, so no
+      timing is slowed (as a real straggler, whose lateness such a barrier hides).
+
+    The slowed rank's own samples come from one-iteration runs (the lean loop's clock read around one call)
+    instead of one long loop; its first call, warmup and timed iterations are all slowed. Not meant for
+    ``--cuda-graph``, whose timed phase replays graphs captured for many iterations at once.
+    """
+
+    def __init__(self, inner: Any, delay_s: float):
+        self.inner, self.delay_s = inner, delay_s
+
+    def __getattr__(self, name: str) -> Any:  # kind, timer, prepare, begin_timed, label, ...: the wrapped loop's
+        return getattr(self.inner, name)
+
+    def run(self, prepared: Any, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        out = np.empty(max(iters, 0), dtype=np.int64)
+        for i in range(iters):
+            time.sleep(self.delay_s)
+            out[i] = self.inner.run(prepared, 1, start + i, barrier, flush)[0]
+        return out

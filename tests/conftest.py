@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import signal
@@ -17,6 +18,50 @@ REPO = Path(__file__).resolve().parent.parent
 # The test-only fault hooks (microbench/testhooks.py) act only with this set; the suite sets it for every
 # process it starts, and a test that checks the gate itself removes it.
 os.environ["MICROBENCH_TESTING"] = "1"
+
+
+# ------------------------------------------------------------------------------ required groups
+#: test module (glob) -> the group of optional parts its tests need; every other module is "core"
+GROUPS = {"test_torch.py": "torch", "test_slurm.py": "slurm", "test_emulated_slurm.py": "slurm",
+          "test_emulated_*.py": "emulated-cluster", "test_reframe.py": "reframe", "test_report*.py": "report",
+          "test_required_groups.py": "canary"}
+#: groups whose skips fail the run (CI sets them: .ci/run); a test marked ``gpu`` or ``may_skip`` may skip anyway
+REQUIRED = {g for g in os.environ.get("MICROBENCH_REQUIRED_GROUPS", "").split(",") if g}
+
+
+def group_of(path) -> str:
+    """The group a test module belongs to (see GROUPS)."""
+    name = Path(str(path)).name
+    return next((group for pattern, group in GROUPS.items() if fnmatch.fnmatch(name, pattern)), "core")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; may skip even where its group is required")
+    config.addinivalue_line("markers", "may_skip(reason): may skip even where its group is required (say why)")
+
+
+def _required_skip(report, group: str) -> None:
+    """Turn a skip of a required group into a failure that says which group and why it skipped."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"required group '{group}' skipped (MICROBENCH_REQUIRED_GROUPS): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    group = group_of(item.fspath)
+    if report.skipped and group in REQUIRED and not any(item.get_closest_marker(n) for n in ("gpu", "may_skip")):
+        _required_skip(report, group)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(collector, pytest.Module) and group_of(collector.path) in REQUIRED:
+        _required_skip(report, group_of(collector.path))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -112,3 +157,23 @@ def shim_or_reason(mpi_lib):
     except native.NativeUnavailable as exc:
         assert "Python.h" in str(exc), exc
         return None, str(exc)
+
+
+@pytest.fixture(scope="session")
+def emulated_cluster():
+    """Five nodes as network namespaces (tests/emulated_cluster.py), for this test session; torn down at its
+    end whatever the tests did. Skips where namespaces cannot be made."""
+    import atexit
+
+    import emulated_cluster as emu
+
+    why = emu.missing()
+    if why:
+        pytest.skip(why)
+    cluster = emu.EmulatedCluster(5, f"t{os.getpid()}")
+    atexit.register(cluster.down)  # also when the session ends without running finalizers
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()

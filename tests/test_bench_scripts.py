@@ -50,3 +50,11 @@ def test_same_launch_alternates_the_reference_and_both_loops(tmp_path, mpi_lib, 
         assert set(r["mean_us"]) == {"c", "native", "python"} and min(r["mean_us"].values()) > 0
         for ratio in ("ratio_to_c", "ratio_to_c_median"):
             assert set(r[ratio]) == {"native", "python"} and min(r[ratio].values()) > 0
+
+
+def test_cross_check_needs_an_omb_build(tmp_path):
+    # OMB is the user's own build; without one the script says so in one line (CI has no OMB)
+    (tmp_path / "osu_latency").write_text("not a program\n")  # not executable: not a program of OMB's
+    proc = run_process([sys.executable, str(REPO / "scripts" / "cross_check_omb.py"), "--omb-dir", str(tmp_path)])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"no OMB program with a microbench counterpart under {tmp_path}"

@@ -25,12 +25,14 @@ def lines_are_whole_json(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("loop", ["native", "python", "mpi4py"])
 def test_stalled_rank_trips_the_watchdog(loop, tmp_path):
-    # the peer waits inside an MPI call: each loop must leave the GIL to the watchdog thread meanwhile
+    # rank 1 passes the barrier and then stalls, so rank 0 waits inside the timed loop's first MPI call: rank
+    # 0's watchdog (a thread) can fire only if the loop released the GIL around that call. (Rank 1's own
+    # watchdog would fire 2 s later, with its own rank in the message.)
     out = tmp_path / "r.jsonl"
     proc = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "10", "--timeout", "3", "--out", str(out),
                       "--loop", loop, env={"MICROBENCH_TEST_STALL": "1:allreduce:32"}, timeout=QUICK)
     assert proc.returncode != 0
-    assert "timeout: allreduce at 32 B did not finish within 3 s" in proc.stderr
+    assert "rank 0: timeout: allreduce at 32 B did not finish within 3 s" in proc.stderr
     assert proc.seconds < 3 + 20
     recs = lines_are_whole_json(out)
     assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8, 16]
@@ -46,8 +48,8 @@ def test_killed_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
     recs = lines_are_whole_json(out)
     assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8, 16]
     # rank 0 got SIGTERM from the launcher and closed the run as incomplete, saying where it may come from
-    if recs[-1]["type"] == "end":
-        assert recs[-1]["status"] == "incomplete" and "another rank that failed" in recs[-1]["reason"]
+    assert recs[-1]["type"] == "end", recs[-1]
+    assert recs[-1]["status"] == "incomplete" and "another rank that failed" in recs[-1]["reason"]
 
 
 def test_raising_rank_ends_the_job(tmp_path):
@@ -130,4 +132,5 @@ def test_a_malformed_hook_is_one_usage_error():
                       timeout=QUICK)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "microbench: error: MICROBENCH_TEST_KILL='rank1': expected RANK:BENCHMARK:SIZE (e.g. 1:allreduce:32)"]
+        "microbench: error: MICROBENCH_TEST_KILL='rank1': expected RANK:BENCHMARK:SIZE or RANK:BENCHMARK:SIZE:CYCLE "
+        "(e.g. 1:allreduce:32)"]

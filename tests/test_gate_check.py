@@ -8,11 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.gate.synth import MULTIPLES, pairs_result, result, write_run
+from fixtures.gate.synth import private_index, MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.gate.check import evaluate, reduce_runs
-from microbench.gate.load import load_runs
+from microbench.gate.load import load_table
 from microbench.gate.spec import load_spec
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
 
 
 def spec_file(tmp_path: Path, text: str) -> Path:
@@ -26,7 +31,7 @@ def judge(tmp_path: Path, spec_text: str, *runs: list[dict]):
     path = tmp_path / "results.jsonl"
     for i, results in enumerate(runs):
         write_run(path, results, run_id=f"r{i}", time_utc=f"2026-11-22T0{i}:00:00Z")
-    return evaluate(load_spec(spec_file(tmp_path, spec_text)), load_runs([path]))
+    return evaluate(load_spec(spec_file(tmp_path, spec_text)), load_table([path]))
 
 
 LATENCY_RULE = '[[rule]]\nbenchmark = "allreduce"\nsizes = "8:16"\nmax_latency_us = 50\n'
@@ -157,7 +162,7 @@ def test_unknown_fields_are_ignored_and_optional_key_fields_split_configurations
 def test_same_run_reached_twice_counts_once(tmp_path):
     path = write_run(tmp_path / "d" / "r.jsonl", [result()], run_id="only")
     spec = spec_file(tmp_path, LATENCY_RULE.replace("sizes = \"8:16\"", "sizes = \"8\"") + "min_runs = 2\n")
-    outcome, = evaluate(load_spec(spec), load_runs([path, tmp_path / "d"]))
+    outcome, = evaluate(load_spec(spec), load_table([path, tmp_path / "d"]))
     assert not outcome.passed and "1 run(s), the rule needs at least 2" in outcome.failures()[0]
 
 
@@ -171,7 +176,7 @@ def test_pairs_outliers_fail_the_rule_and_name_the_link(tmp_path):
     assert not outcome.passed
     failing, = [j for j in outcome.judgements if not j.passed]
     assert failing.key.get("metric") == "latency" and failing.values == [0.0, 1.0]
-    assert "outliers 1 cells > allowed 0 cells" in failing.detail and "flagged: node1-node3 (1 run)" in failing.detail
+    assert "outliers 1 flagged > allowed 0 flagged" in failing.detail and "flagged: node1-node3 (1 run)" in failing.detail
     # the median of three runs forgives a link flagged once
     outcome, = judge(tmp_path / "c", spec.replace('"all"', '"median"'), healthy, bad_cable, healthy)
     assert outcome.passed
@@ -284,7 +289,7 @@ def test_cli_pairs_rule_table(tmp_path, capsys):
     assert "# pairs: statistics are over the links" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("8"))
     assert "metric=latency" not in row  # one configuration: no options column
-    assert row.split()[-8:] == ["outliers", "1", "1", "1", "cells", "<=", "0", "FAIL"]
+    assert row.split()[-8:] == ["outliers", "1", "1", "1", "flagged", "<=", "0", "FAIL"]
 
 
 def test_cli_unwritable_junit_is_a_usage_error(tmp_path, results_file, capsys):

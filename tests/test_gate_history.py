@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import json
 
-from fixtures.gate.synth import pairs_result, result, write_run
+import pytest
+
+from fixtures.gate.synth import private_index, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
+from microbench.gate import steps
+
+pytestmark = pytest.mark.filterwarnings("error")  # a figure that warns is a failed figure
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
 
 
 def cli(*args) -> int:
@@ -34,7 +44,8 @@ def test_table_in_time_order_with_library_changes(tmp_path, capsys):
     assert "allreduce 8 ranks=2" in header and "allreduce 8 ranks=4" in header and "allreduce 1K" in header
     assert rows[0][-3:] == ["2", "-", "4"]  # 8 B at 2 ranks, 8 B at 4 ranks (not measured), 1K
     assert rows[1][-3:] == ["2.2", "9", "4.4"]
-    assert "*Open" in out.splitlines()[-2] and "the MPI library changed" in out
+    night3 = next(line for line in out.splitlines() if line.startswith("2026-11-03"))
+    assert "*Open" in night3 and "the MPI library changed" in out
 
 
 def test_json_and_default_size(tmp_path, capsys):
@@ -74,3 +85,33 @@ def test_pairs_history(tmp_path, capsys):
     series, = json.loads(capsys.readouterr().out)["series"]
     assert series["config"]["benchmark"] == "pairs" and series["config"]["metric"] == "latency"
     assert [p["value"] for p in series["points"]] == [2.0, 2.5]
+
+
+# ------------------------------------------------------------------------------------ steps.detect
+def test_steps_in_few_noisy_points():
+    level = [1.0, 1.03, 0.97, 1.02, 0.99, 1.31, 1.28, 1.33, 1.27, 1.30]
+    step, = steps.detect(level, min_step=0.05)
+    assert step.index == 5 and step.ratio == pytest.approx(1.30 / 1.0, rel=0.02) and step.p <= 0.05
+    assert steps.detect(level, min_step=0.5) == []  # smaller than the minimum step asked for
+    assert steps.detect([1.0, 1.04, 0.96, 1.02, 0.98, 1.01, 0.97, 1.03]) == []
+    assert steps.detect([1.0, 2.0, 1.0, 2.0]) == []  # too few points for two segments of 3
+
+
+def test_one_wild_run_is_not_a_step():
+    series = [1.0, 1.02, 0.98, 1.01, 3.0, 0.99, 1.03, 0.97, 1.0, 1.02]
+    assert steps.detect(series) == []
+
+
+def test_two_steps_and_their_medians():
+    series = [1.0] * 6 + [1.5] * 6 + [1.2] * 6
+    found = steps.detect([v * (1 + 0.01 * (i % 3)) for i, v in enumerate(series)])
+    assert [s.index for s in found] == [6, 12]
+    assert found[0].ratio == pytest.approx(1.5, rel=0.03) and found[1].ratio == pytest.approx(0.8, rel=0.03)
+
+
+def test_bad_step_options_are_one_line_errors(tmp_path, capsys):
+    folder = three_nights(tmp_path)
+    assert cli(folder, "--min-step", "x") == 2
+    assert "bad --min-step 'x'" in capsys.readouterr().err
+    assert cli(folder, "--confidence", "1.5") == 2
+    assert "--confidence must be from 0.5 up to 1" in capsys.readouterr().err

@@ -231,8 +231,8 @@ def test_check_compare_history_and_plot_read_imported_records(capsys, tmp_path, 
     assert [(p["time_utc"], p["value"]) for p in points] == [
         (f"2026-11-0{d}T08:00:00Z", v) for d, v in ((1, 20.0), (2, 21.0), (3, 30.0))]
     code, out, err = run_cli(capsys, "compare", "--baseline", *days[:2], "--new", days[2], "--stat", "avg",
-                             "-m", "8", "--json")
-    assert code == 1, err  # +46 %: flagged (too few runs to confirm, so "regression?")
+                             "-m", "8", "--json", "--fail-unconfirmed")
+    assert code == 1, err  # +46 %: flagged (too few runs to confirm, so "regression?", which fails when asked)
     rows = json.loads(out)["rows"]
     assert {r["verdict"] for r in rows} == {"regression?"} and rows[0]["ratio"] == pytest.approx(30.0 / 20.5)
     code, out, err = run_cli(capsys, "plot", str(imported_history), "-o", str(tmp_path / "plots"), "--stat", "avg")

@@ -161,5 +161,5 @@ def test_sweep_marks_a_corrupted_size_failed(world, tmp_path):
     out = Output(None, table=table)
     rc = _context(world, "allreduce", "-m", "8,16", "-i", "3", "-x", "0", "-c", "--loop", "mpi4py", out=out)
     rc.hooks = FaultHooks.from_env({"MICROBENCH_TESTING": "1", "MICROBENCH_TEST_CORRUPT": "0:allreduce:16"})
-    assert sweep.run_benchmark(rc, COLLECTIVES["allreduce"]) == ["16"]
+    assert sweep.run_benchmark(rc, COLLECTIVES["allreduce"]) == ["16 at rank 0"]  # the node whose data was wrong
     assert [r["check"] for r in table.of("result")] == ["pass", "fail"]

@@ -10,7 +10,7 @@ from conftest import microbench, mpiexec_prefix, read_jsonl, results_of, run_pro
 from microbench import native
 
 TIMING_FIELDS = {"latency_us", "algbw_gbps", "busbw_gbps", "first_call_us", "time_utc", "wall_s", "run_id", "loop",
-                 "iterations", "timer"}
+                 "iterations", "timer", "stragglers"}
 
 
 
@@ -101,6 +101,7 @@ def test_loops_write_the_same_records(tmp_path, mpi_lib):
             assert {k: v for k, v in a.items() if k not in TIMING_FIELDS | {"call_path"}} == \
                    {k: v for k, v in b.items() if k not in TIMING_FIELDS | {"call_path"}}
             assert set(a["latency_us"]) == set(b["latency_us"])
+            assert set(a.get("stragglers") or ()) == set(b.get("stragglers") or ())
             assert (b["loop"], b["call_path"]) == expected[loop]
 
 

@@ -180,7 +180,7 @@ def nonblocking_records(world, tmp_path_factory):
     with their measured overlap replaced by known values (so that what follows does not depend on timing)."""
     import json
 
-    from microbench import runner, sweep
+    from microbench import sweep
     from microbench.records import build
 
     path = tmp_path_factory.mktemp("nb") / "r.jsonl"
@@ -190,7 +190,8 @@ def nonblocking_records(world, tmp_path_factory):
     out.run(build.run_record(rc.run_id, ["run"], rc.opts, rc.nranks, rc.layout, rc.transport))
     for name in ("iallreduce", "iallgather"):
         sweep.run_benchmark(rc, COLLECTIVES[name])
-    runner._close_records(rc, "complete", "")
+    out.end(build.end_record(rc.run_id, "complete", "", len(out.results)))
+    out.close()
     known = {1024: 80.0, 65536: 20.0}
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     for r in lines:

@@ -7,16 +7,23 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import REPO
-from fixtures.gate.synth import MULTIPLES, pairs_result, result, write_run
+from fixtures.gate.synth import private_index, MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
-from microbench.gate.load import load_runs
+from microbench.gate.load import load_table
 from microbench.plot import heatmap
 from microbench.plotting import curves, line_style
+
+pytestmark = pytest.mark.filterwarnings("error")  # a layout or legend warning is a failed figure
 
 REFERENCE = REPO / "plots" / "reference.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CORE = ("allgather", "allreduce", "broadcast", "bw", "latency", "reduce_scatter")
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
 
 
 def cli(*args) -> int:
@@ -67,7 +74,7 @@ def test_series_carry_the_recorded_numbers(tmp_path):
     for i, p50 in enumerate((10.0, 30.0, 20.0)):
         write_run(path, [result(size=8, p50=p50), result(size=16, p50=2 * p50)], run_id=f"r{i}",
                   time_utc=f"2026-11-0{i + 1}T00:00:00Z")
-    runs = load_runs([path])
+    runs = load_table([path])
     per_run = curves.build_series(runs, "allreduce", "p50", "p10-p90", "run", "busbw")
     assert len(per_run) == 3
     first = next(s for s in per_run if s.label.startswith("2026-11-01"))
@@ -83,13 +90,13 @@ def test_runs_started_in_the_same_minute_get_distinct_legend_labels(tmp_path):
     path = tmp_path / "r.jsonl"
     for i, when in enumerate(("07:00:05", "07:00:40", "07:00:40")):
         write_run(path, [result(size=8, p50=1.0 + i)], run_id=f"run{i}", time_utc=f"2026-11-01T{when}Z")
-    labels = [s.label for s in curves.build_series(load_runs([path]), "allreduce")]
+    labels = [s.label for s in curves.build_series(load_table([path]), "allreduce")]
     assert len(set(labels)) == 3
     assert sorted(labels) == ["2026-11-01 07:00:05 run0", "2026-11-01 07:00:40 run1", "2026-11-01 07:00:40 run2"]
     apart = tmp_path / "apart.jsonl"
     for i, when in enumerate(("07:00:05", "08:00:40")):
         write_run(apart, [result(size=8, p50=1.0 + i)], run_id=f"run{i}", time_utc=f"2026-11-01T{when}Z")
-    labels = [s.label for s in curves.build_series(load_runs([apart]), "allreduce")]
+    labels = [s.label for s in curves.build_series(load_table([apart]), "allreduce")]
     assert labels == ["2026-11-01 07:00", "2026-11-01 08:00"]  # minutes suffice
 
 
@@ -145,3 +152,22 @@ def test_heatmap_rejects_bad_input(tmp_path):
         heatmap([[1.0]], ["a"], "t", "us", tmp_path / "x.png", outliers=[(0, 1)])
     with pytest.raises(UsageError, match=".png or .svg"):
         heatmap([[1.0]], ["a"], "t", "us", tmp_path / "x.pdf")
+
+
+def test_past_a_handful_of_runs_the_figure_merges_them_by_configuration(tmp_path, capsys):
+    """40 nights of two configurations: two series (median over runs, band over runs), the newest run
+    marked, never a legend entry per run; no matplotlib warning (warnings are errors here)."""
+    path = tmp_path / "nights.jsonl"
+    for night in range(40):
+        level = 1.0 + 0.01 * (night % 5)
+        write_run(path, [result(size=s, p50=2.0 * level, dtype=d) for s in (8, 64, 1024) for d in ("float32", "float64")],
+                  run_id=f"n{night}", time_utc=f"2026-{1 + night // 28:02d}-{1 + night % 28:02d}T02:00:00Z")
+    table = load_table([path])
+    assert curves.resolve_by("auto", 40) == "config" and curves.resolve_by("auto", 5) == "run"
+    series = curves.build_series(table, "allreduce", by="config")
+    assert len(series) == 2 and all("40 run(s)" in s.label for s in series)
+    newest = 2.0 * (1.0 + 0.01 * (39 % 5))
+    assert all(s.newest == pytest.approx([newest] * 3) for s in series)
+    assert all(s.latency == pytest.approx([2.0 * 1.02] * 3) for s in series)  # median over the runs
+    assert cli(path, "-o", tmp_path / "figs") == 0
+    assert_png(tmp_path / "figs" / "allreduce.png")

@@ -91,7 +91,7 @@ def test_custom_sizes_are_not_replaced_by_defaults(capsys):
 
 def test_trace_through_the_cli(capsys):
     doc = workload_json(capsys, "--trace", str(FIXTURES / "nccl_coll.log"), "--trace-iterations", "2")
-    assert doc["trace"]["format"] == "nccl" and doc["trace"]["unreadable"] == 2 and doc["trace"]["processes"] == 2
+    assert doc["trace"]["format"] == "nccl" and doc["trace"]["unreadable"] == 2 and doc["trace"]["ranks"] == 2
     assert {"collective": "allreduce", "bytes": 4096, "count": 1, "group_size": 2, "phase": "trace"} in doc["messages"]
     code, out, _ = workload(capsys, "--trace", str(FIXTURES / "deepspeed_summary.log"), "--trace-format", "deepspeed")
     assert code == 0 and "read as deepspeed" in out and "1 unreadable" in out
@@ -214,3 +214,36 @@ def test_sizes_for_benchmarks_rejects_bad_files(tmp_path, content, message):
         path.write_text(content)
     with pytest.raises(UsageError, match=message):
         sizes_for_benchmarks(str(path))
+
+
+def test_trace_ranks_unattributed_and_uncurved_in_the_table(capsys, tmp_path):
+    from microbench.workload.traces.samples import nccl_call
+
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join([nccl_call("AllReduce", 256, 7, "0xa", 2, pid=1),
+                              nccl_call("AllReduce", 256, 7, "0xa", 2, pid=1),
+                              nccl_call("AllReduce", 256, 7, "0xb", 2, pid=2, dev=1),
+                              nccl_call("AllReduce", 256, 7, "0xc", 2, prefix=False),
+                              nccl_call("Gather", 8, 7, "0xb", 2, pid=2, dev=1)]) + "\n")
+    code, out, _ = workload(capsys, "--trace", str(log))
+    assert code == 0
+    assert "3 collective calls from 2 rank(s)" in out
+    assert "# calls per rank: min 1, median 1.5, max 2 (node1:1 gpu0 2, node1:2 gpu1 1); 2 communicator rank(s)" in out
+    assert "# unattributed: 1 call(s) no rank could be credited with (not in the counts)" in out
+    assert "# uncurved collectives (no measured curve, not priced), calls: Gather 1" in out
+    assert "count is calls per rank (the mean over the 2 rank(s) in the trace)" in out
+
+
+def test_several_trace_files_are_one_workload(capsys, tmp_path):
+    from microbench.workload.traces.samples import json_document, kineto_comms
+
+    paths = []
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.json"
+        events = [kineto_comms("allreduce", 1024, "Float", 2)] * (rank + 1)
+        path.write_text("".join(json_document({"distributedInfo": {"rank": rank}}, "traceEvents", events)))
+        paths.append(str(path))
+    doc = workload_json(capsys, "--trace", *paths)
+    assert doc["trace"]["ranks"] == 2 and doc["trace"]["rank_calls"] == {"rank 0": 1, "rank 1": 2}
+    assert doc["messages"] == [{"collective": "allreduce", "bytes": 4096, "count": 1.5, "group_size": 2,
+                                "phase": "trace"}]

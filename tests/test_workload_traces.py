@@ -20,7 +20,7 @@ def trace_messages(report, iterations=1):
 def test_nccl_coll_lines():
     report = read_trace(str(FIXTURES / "nccl_coll.log"))
     assert report.format == "nccl"
-    assert len(report.processes) == 2  # node1:1001 and node1:1002
+    assert report.ranks == ["node1:1001 gpu0", "node1:1002 gpu1"]
     # per process: 2 AllReduce of 1024 float32; AllGather sendcount 256 bf16; ReduceScatter recvcount 128 float32
     # over 2 ranks = 1024 B of input; Broadcast 10 int8; one Send (rank 0) and one Recv (rank 1) of 1024 fp16
     assert trace_messages(report) == {
@@ -28,8 +28,8 @@ def test_nccl_coll_lines():
         ("broadcast", 10, 2): 1, ("send", 2048, 2): 0.5, ("recv", 2048, 2): 0.5,
     }
     assert report.unreadable == 2  # datatype 42, and a truncated line
-    assert report.skipped["unsupported collective Gather"] == 1
-    assert report.skipped["not a collective line"] == 3
+    assert report.uncurved == {"Gather": 1}
+    assert report.skipped["line without a call (lines minus call records)"] == 3
     assert all(m.phase == "trace" for m in report.messages())
 
 
@@ -51,8 +51,8 @@ def test_deepspeed_summary_uses_the_last_table():
     assert report.unreadable == 1  # "abc KB"
     assert report.skipped["straggler breakdown row (repeats the summary)"] == 1
     assert report.skipped["verbose line (the summary table counts it)"] == 1
-    assert report.skipped["no data (barrier, wait, init)"] == 1
-    assert report.skipped["all_to_all without --trace-group-size (its size is the whole buffer)"] == 1
+    assert report.skipped["no data (barrier, wait, init)"] == 2  # calls of a barrier row
+    assert report.skipped["all_to_all without --trace-group-size (its size is the whole buffer)"] == 10
 
 
 def test_deepspeed_group_size_and_all_to_all():
@@ -135,7 +135,7 @@ def test_zero_size_calls_are_left_out(tmp_path):
     path.write_text(line.format(0, 0) + line.format(1, 256) + "some application output\n")
     report = read_trace(str(path))
     assert trace_messages(report) == {("allreduce", 1024, 4): 1}
-    assert report.skipped == {"zero-size call (moves no data)": 1, "not a collective line": 1}
+    assert report.skipped == {"zero-size call (moves no data)": 1, "line without a call (lines minus call records)": 1}
     assert report.unreadable == 0
 
 

@@ -17,13 +17,14 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from microbench.gate import keys
+import numpy as np
+
+from microbench.gate.columns import Table
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import unique_labels
-from microbench.gate.metrics import OUTLIERS, UNITS, higher_is_better, metric_value, threshold_what
+from microbench.gate.metrics import OUTLIERS, SKEW, UNITS, higher_is_better, threshold_what
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.table import size_text
-from microbench.records import Run
 
 
 @dataclass
@@ -78,38 +79,68 @@ class RuleOutcome:
                 "judgements": [j.as_dict() for j in self.judgements]}
 
 
-def evaluate(spec: Spec, runs: list[Run]) -> list[RuleOutcome]:
-    """Judge every rule of ``spec`` on ``runs``."""
-    return [evaluate_rule(rule, runs) for rule in spec.rules]
+def evaluate(spec: Spec, table: Table) -> list[RuleOutcome]:
+    """Judge every rule of ``spec`` on the rows of ``table``."""
+    labels = unique_labels(table.runs)
+    return [evaluate_rule(rule, table, labels) for rule in spec.rules]
 
 
-#: configuration -> run label -> that run's results of the configuration (usually one)
-Groups = dict[ConfigKey, dict[str, list[dict]]]
-
-
-def evaluate_rule(rule: Rule, runs: list[Run]) -> RuleOutcome:
+def evaluate_rule(rule: Rule, table: Table, labels: list[str]) -> RuleOutcome:
     outcome = RuleOutcome(rule)
-    groups: Groups = {}
-    for label, run in zip(unique_labels(runs), runs):
-        for result in run.results:
-            if rule.matches(result):
-                groups.setdefault(keys.config_key(result), {}).setdefault(label, []).append(result)
-    if not groups:
+    mask = table.config_mask(rule.matches_config)
+    if rule.sizes is not None:
+        mask &= table.size_mask(rule.sizes)
+    rows = np.flatnonzero(mask)
+    if not len(rows):
         outcome.problems.append(f"no measurement matches {_selection(rule)} (fail closed)")
         return outcome
-    outcome.problems.extend(_missing_sizes(rule, groups))
+    outcome.problems.extend(_missing_sizes(rule, table, rows))
+    order = np.argsort(table.config[rows], kind="stable")
+    rows = rows[order]
+    bounds = np.flatnonzero(np.r_[True, np.diff(table.config[rows]) != 0, True])
+    groups = {table.configs[table.config[rows[a]]]: rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
     for key in sorted(groups, key=ConfigKey.sort_key):
-        by_run = groups[key]
+        by_run = RunGroups.of(table, groups[key])
+        run_ids = [labels[i] for i in by_run.runs.tolist()]
         if rule.min_runs > 1:
-            ok = len(by_run) >= rule.min_runs
+            ok = len(run_ids) >= rule.min_runs
             outcome.judgements.append(Judgement(
-                key, "min_runs", ok, list(by_run), [], value=len(by_run), limit=rule.min_runs,
-                detail=f"{len(by_run)} run(s), the rule needs at least {rule.min_runs}"))
+                key, "min_runs", ok, run_ids, [], value=len(run_ids), limit=rule.min_runs,
+                detail=f"{len(run_ids)} run(s), the rule needs at least {rule.min_runs}"))
         for threshold in rule.thresholds:
-            outcome.judgements.append(_judge_threshold(rule, threshold, key, by_run))
+            outcome.judgements.append(_judge_threshold(rule, threshold, key, table, by_run, run_ids))
         if rule.require_check:
-            outcome.judgements.append(_judge_check(key, by_run))
+            outcome.judgements.append(_judge_check(key, table, by_run, run_ids))
     return outcome
+
+
+@dataclass
+class RunGroups:
+    """The rows of one configuration grouped by run: ``rows[starts[i]:starts[i + 1]]`` belong to ``runs[i]``."""
+
+    runs: np.ndarray
+    rows: np.ndarray
+    starts: np.ndarray  #: with len(rows) appended
+
+    @classmethod
+    def of(cls, table: Table, rows: np.ndarray) -> "RunGroups":
+        rows = rows[np.argsort(table.run[rows], kind="stable")]
+        owners = table.run[rows]
+        starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        return cls(owners[starts], rows, np.r_[starts, len(rows)])
+
+    def per_run(self, column: np.ndarray) -> list[float | None]:
+        """Each run's median of ``column`` over its rows; None where a row lacks the value (NaN)."""
+        values = column[self.rows]
+        if len(self.runs) == len(self.rows):  # one row per run: the usual case
+            return [None if v != v else v for v in values.tolist()]
+        lacking = np.logical_or.reduceat(np.isnan(values), self.starts[:-1])
+        medians = [float(np.median(values[a:b])) for a, b in zip(self.starts[:-1], self.starts[1:])]
+        return [None if bad else m for bad, m in zip(lacking.tolist(), medians)]
+
+    def groups(self):
+        """The rows of each run, in run order."""
+        return (self.rows[a:b] for a, b in zip(self.starts[:-1], self.starts[1:]))
 
 
 def _selection(rule: Rule) -> str:
@@ -118,17 +149,15 @@ def _selection(rule: Rule) -> str:
     return " ".join(["/".join(rule.benchmarks), sizes, *where])
 
 
-def _missing_sizes(rule: Rule, groups: Groups) -> list[str]:
+def _missing_sizes(rule: Rule, table: Table, rows: np.ndarray) -> list[str]:
+    names = table.benchmarks()[rows]
     if rule.sizes is None:
-        found = {k.benchmark for k in groups}
+        found = set(names)
         return [f"no measurement of {b} matches (fail closed)" for b in rule.benchmarks if b not in found]
     problems = []
     for bench in rule.benchmarks:
-        covered = set()
-        for key, by_run in groups.items():
-            if key.benchmark == bench:
-                for results in by_run.values():
-                    covered.update(r.get(f) for r in results for f in ("size_bytes", "requested_bytes"))
+        mine = rows[names == bench]
+        covered = set(table.size[mine].tolist()) | set(table.requested[mine].tolist())
         missing = [s for s in rule.sizes if s not in covered]
         if missing:
             shown = ", ".join(size_text(s) for s in missing[:8]) + (" ..." if len(missing) > 8 else "")
@@ -144,18 +173,18 @@ def reduce_runs(values: list[float], mode: str, higher_better: bool) -> float:
     return float(max(values) if pick_best == higher_better else min(values))
 
 
-def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:
+def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run: RunGroups,
+                     run_ids: list[str]) -> Judgement:
     stat = rule.stat_for(threshold.metric)
-    run_ids = list(by_run)
-    per_result = [[metric_value(res, threshold.metric, stat) for res in results] for results in by_run.values()]
-    values = [None if None in vals else float(statistics.median(vals)) for vals in per_result]
+    values = by_run.per_run(table.values(threshold.metric, stat))
     allowed = threshold.allowed(rule.tolerance)
     base = dict(key=key, criterion=threshold.name, run_ids=run_ids, values=values, limit=threshold.limit,
                 allowed=allowed, metric=threshold.metric, stat=stat)
     lacking = sum(v is None for v in values)
     if lacking:
         field_name = f"latency_us.{stat}" if threshold.metric == "latency" else "an outliers list" \
-            if threshold.metric == OUTLIERS else f"{threshold.metric} from {stat}"
+            if threshold.metric == OUTLIERS else "stragglers.skew" if threshold.metric == SKEW \
+            else f"{threshold.metric} from {stat}"
         return Judgement(passed=False, detail=f"{lacking} of {len(values)} run(s) lack {field_name}", **base)
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
@@ -167,23 +196,62 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, by_run: dict[str, li
         if rule.tolerance else ""
     detail = f"{what} {value:.4g} {unit} {op} allowed {allowed:.4g} {unit}{tol}, {how}"
     if threshold.metric == OUTLIERS:
-        detail += _outlier_links(by_run)
+        detail += _outlier_links(table, by_run)
+    if threshold.metric == SKEW and not passed:
+        detail += _skewed_ranks(table, by_run)
     return Judgement(passed=passed, value=value, detail=detail, **base)
 
 
-def _outlier_links(by_run: dict[str, list[dict]]) -> str:
-    """``; flagged: a-b (2 runs), ...``: the links pairs records flagged as outliers, with how many runs did."""
+def _outlier_links(table: Table, by_run: RunGroups) -> str:
+    """``; flagged: a-b (2 runs), node n3 (1 run), ...``: the links and nodes pairs records flagged as outliers,
+    with how many runs did."""
     count: Counter[str] = Counter()
-    for results in by_run.values():
-        count.update({"-".join(map(str, o.get("labels") or o.get("pair") or ())) for res in results
-                      for o in res.get("outliers") or () if isinstance(o, dict)})
+    for rows in by_run.groups():
+        flagged = set()
+        for row in rows:
+            extra = table.extras.get(int(row), {})
+            flagged |= {"-".join(map(str, o.get("labels") or o.get("pair") or ()))
+                        for o in extra.get("outliers") or () if isinstance(o, dict)}
+            flagged |= {f"node {o.get('label')}" for o in extra.get("node_outliers") or () if isinstance(o, dict)}
+        count.update(flagged)
     shown = [f"{link} ({n} run{'s' if n > 1 else ''})" for link, n in count.most_common()]
     return f"; flagged: {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown else ""
 
 
-def _judge_check(key: ConfigKey, by_run: dict[str, list[dict]]) -> Judgement:
-    run_ids = list(by_run)
-    per_run = [[res.get("check") for res in results] for results in by_run.values()]
+def _skewed_ranks(table: Table, by_run: RunGroups) -> str:
+    """``; slowest rank 3 on n01 (120 us), fastest rank 5 on n02 (40 us)``: each run's extremes, hosts named.
+    The stragglers blocks are not in the table (one per record): they are read back from the runs' files,
+    for failing skew judgements only."""
+    seen = []
+    for rows in by_run.groups():
+        for block in straggler_blocks(table, rows):
+            text = ", ".join(f"{side} rank {block[side]['rank']} on {block[side]['host']} "
+                             f"({block[side]['mean_us']:.4g} us)" for side in ("slowest", "fastest") if side in block)
+            odd = [f"{o['label']} ({o['side']})" for o in block.get("outliers") or ()]
+            text += f", standing out: {', '.join(odd)}" if odd else ""
+            if text and text not in seen:
+                seen.append(text)
+    return f"; {'; '.join(seen[:4])}{' ...' if len(seen) > 4 else ''}" if seen else ""
+
+
+def straggler_blocks(table: Table, rows: np.ndarray) -> list[dict]:
+    """The ``stragglers`` blocks of the records behind ``rows``, read from their runs' files."""
+    from microbench.gate import keys
+    from microbench.records import read_runs
+
+    out = []
+    for row in rows.tolist():
+        run = table.runs[table.run[row]]
+        wanted = table.configs[table.config[row]]
+        for found in read_runs([run.source]):
+            if found.run_id == run.run_id:
+                out += [r["stragglers"] for r in found.results
+                        if isinstance(r.get("stragglers"), dict) and keys.config_key(r) == wanted]
+    return out
+
+
+def _judge_check(key: ConfigKey, table: Table, by_run: RunGroups, run_ids: list[str]) -> Judgement:
+    per_run = [table.check_values(rows) for rows in by_run.groups()]
     states = ["fail" if "fail" in s else None if None in s else s[0] if len(set(s)) == 1 else "mixed"
               for s in per_run]
     failed = [rid for rid, s in zip(run_ids, states) if s == "fail"]

@@ -15,18 +15,19 @@ import json
 import sys
 
 from microbench.errors import UsageError
-from microbench.gate import junit, keys
+from microbench.gate import junit, keys, select
 from microbench.gate.check import RuleOutcome, evaluate
-from microbench.gate.load import load_runs, mpi_library, time_span
+from microbench.gate.columns import RunInfo
+from microbench.gate.load import load_table, mpi_library, time_span
 from microbench.gate.metrics import UNITS
 from microbench.gate.spec import Spec, load_spec
 from microbench.gate.table import num, render
 from microbench.pairs import PAIRS
-from microbench.records import Run
 from microbench.sizes import format_size
 
 _CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
-                     "max_outliers": "outliers", "require_check": "check", "min_runs": "runs"}
+                     "max_outliers": "outliers", "max_rank_skew": "skew", "require_check": "check",
+                     "min_runs": "runs"}
 _MAX_VALUES_SHOWN = 5
 
 
@@ -41,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emit-reframe-references", nargs="?", const="*", metavar="SYSTEM[:PARTITION]",
                    help="print the spec as ReFrame references (JSON, for microbench.reframe tests) under "
                         "this ReFrame scope (default *) and judge nothing; see docs/reframe.md")
+    select.add_arguments(p)
 
 
 def main(args) -> int:
@@ -52,8 +54,9 @@ def main(args) -> int:
         return 0
     if not args.results:
         raise UsageError("give the RESULTS to judge (JSONL files or directories)")
-    runs = load_runs(args.results)
-    outcomes = evaluate(spec, runs)
+    table = load_table(args.results, stats=spec_stats(spec), selection=select.Selection.from_args(args))
+    runs = table.runs
+    outcomes = evaluate(spec, table)
     if args.junit:
         try:
             junit.write(args.junit, spec, outcomes, {"results": " ".join(args.results), "runs": str(len(runs))})
@@ -67,7 +70,13 @@ def main(args) -> int:
     return 0 if all(o.passed for o in outcomes) else 1
 
 
-def as_json(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], files: list[str]) -> dict:
+def spec_stats(spec: Spec) -> list[str]:
+    """The latency statistics the rules of ``spec`` read (the only ones loaded)."""
+    return sorted({stat for rule in spec.rules for t in rule.thresholds
+                   for stat in [rule.stat_for(t.metric)] if stat is not None}) or ["p50"]
+
+
+def as_json(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], files: list[str]) -> dict:
     failed = sum(not o.passed for o in outcomes)
     return {
         "spec": spec.path, "description": spec.description, "files": list(files),
@@ -79,7 +88,7 @@ def as_json(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], files: lis
     }
 
 
-def report_lines(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], failures_only: bool = False
+def report_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], failures_only: bool = False
                  ) -> list[str]:
     libs = sorted({mpi_library(r) for r in runs})
     lines = [f"# microbench check: spec {spec.path}" + (f" ({spec.description})" if spec.description else ""),
@@ -94,7 +103,8 @@ def report_lines(spec: Spec, runs: list[Run], outcomes: list[RuleOutcome], failu
               "# allowed = limit x (1 + tolerance) for latency, limit x (1 - tolerance) for bandwidth"]
     if any(PAIRS in o.rule.benchmarks for o in outcomes):
         lines.append("# pairs: statistics are over the links, each the p50 of its iterations (max latency = the "
-                     "slowest link); outliers: cells the run flagged (modified z-score over the links)")
+                     "slowest link); outliers: the links and nodes the run flagged (modified z-score over the "
+                     "links, and over each node's row median)")
     for outcome in outcomes:
         lines.append("")
         lines.extend(rule_lines(outcome, failures_only))
@@ -144,4 +154,7 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     left = {headers.index(h) for h in ("benchmark", "backend", "options", "criterion", "per-run values")
             if h in headers}
     lines += render(headers, rows, left=sorted(left), indent="  ")
+    # max_rank_skew and max_outliers: a failure names the ranks, hosts, links and nodes that stood out
+    lines += [f"  FAIL  {j.message()}" for j in judgements
+              if j.criterion in ("max_rank_skew", "max_outliers") and not j.passed]
     return lines

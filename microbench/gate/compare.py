@@ -5,31 +5,49 @@ Per configuration (``keys.config_key``: benchmark, size, ranks, backend, options
 - each run gives one value: by default its p50 latency (``metrics.metric_value``; a run that measured
   the configuration twice gives the median of the two);
 - ratio = median(new run values) / median(baseline run values);
-- a distribution-free confidence interval for the ratio over runs (``intervals.interval``); the change
-  is significant when the interval excludes 1;
+- a test of "no change" on the (winsorized) log run values (``ratiotest``): Welch's t with the variance of
+  each side inflated by the correlation of back-to-back runs (measured from the runs themselves, pooled
+  over all configurations, or given); a paired t on the log ratios when baseline and new runs alternate in
+  time; or, with days of history (``by_day``), the new runs judged against the spread between those days;
+- error control over the whole comparison: the p-values of all configurations are Holm-adjusted
+  (``family``), so the chance that a comparison reports any false REGRESSION is at most
+  alpha = 1 - confidence however many configurations it holds;
 - regression: the ratio is beyond the threshold in the bad direction (latency up, bandwidth down) AND
-  significant. Beyond the threshold with too few runs to judge significance is an *unconfirmed*
-  regression ("regression?"); beyond it with an interval that holds 1 is noise.
-
-Launch-to-launch variance dominates small messages (the same binary on an idle machine lands at 1.5 or
-3 us from one launch to the next), so iteration-level spread inside one run says nothing about it.
+  its adjusted p-value is at most alpha. Beyond the threshold with too few runs for any test (a side
+  with one run, no history) is *unconfirmed* ("regression?"); beyond it and not significant is noise.
+- the interval shown is for the ratio of geometric means at 1 - alpha / m (Bonferroni), so all m
+  intervals hold together with at least the confidence asked.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from microbench.gate import intervals, keys
-from microbench.gate.keys import ConfigKey
-from microbench.gate.load import run_label
-from microbench.gate.metrics import higher_is_better, metric_value
-from microbench.records import Run
+import numpy as np
 
-#: verdicts; the first two make ``microbench compare`` exit 1 (the second unless allowed)
+from microbench.gate.columns import Table, per_run_medians
+from microbench.gate.family import holm
+from microbench.gate.keys import ConfigKey
+from microbench.gate.load import run_label, run_time
+from microbench.gate.metrics import higher_is_better
+from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_test, run_correlation, run_test
+
+#: verdicts; a regression makes ``microbench compare`` exit 1 (an unconfirmed one with --fail-unconfirmed)
 REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED = (
     "regression", "regression?", "noise", "ok", "improved", "improved?")
+
+
+@dataclass
+class Side:
+    """One configuration's runs on one side of a comparison, in start-time order."""
+
+    values: list[float]
+    labels: list[str]
+    days: np.ndarray  #: a code per run for its UTC start day (runs without a time: one code each)
+    order: list[float]  #: start time (s since the epoch; inf when unknown) of each run
 
 
 @dataclass
@@ -42,8 +60,11 @@ class Row:
     baseline_runs: list[str]
     new_runs: list[str]
     ratio: float
-    interval: intervals.Interval | None
-    verdict: str
+    test: RatioTest | None
+    p_adjusted: float | None = None
+    interval: tuple[float, float] | None = None
+    verdict: str = OK
+    days: int | None = None  #: baseline days the new runs were judged against (by_day), else None
 
     @property
     def baseline_median(self) -> float:
@@ -53,17 +74,14 @@ class Row:
     def new_median(self) -> float:
         return float(statistics.median(self.new))
 
-    @property
-    def significant(self) -> bool | None:
-        return None if self.interval is None else self.interval.excludes_one()
-
     def as_dict(self) -> dict:
-        iv = self.interval
+        t, iv = self.test, self.interval
         return {"config": self.key.as_dict(), "baseline_values": self.baseline, "new_values": self.new,
                 "baseline_run_ids": self.baseline_runs, "new_run_ids": self.new_runs,
                 "baseline_median": self.baseline_median, "new_median": self.new_median, "ratio": self.ratio,
-                "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
-                "ci_confidence": iv.confidence if iv else None, "significant": self.significant,
+                "test": t.method if t else None, "baseline_days": self.days,
+                "ratio_geometric_means": math.exp(t.log_diff) if t else None, "p": t.p if t else None,
+                "p_adjusted": self.p_adjusted, "ci_low": iv[0] if iv else None, "ci_high": iv[1] if iv else None,
                 "verdict": self.verdict}
 
 
@@ -73,65 +91,116 @@ class Comparison:
     stat: str
     threshold: float
     confidence: float
+    rho: float = 0.0  #: correlation of back-to-back runs used
+    rho_source: str = "measured"
     rows: list[Row] = field(default_factory=list)
     only_baseline: list[ConfigKey] = field(default_factory=list)
     only_new: list[ConfigKey] = field(default_factory=list)
+
+    @property
+    def alpha(self) -> float:
+        return 1 - self.confidence
+
+    @property
+    def interval_confidence(self) -> float:
+        """Each row's interval level: 1 - alpha / (rows tested), so that all hold together."""
+        tested = sum(r.test is not None for r in self.rows) or 1
+        return 1 - self.alpha / tested
 
     def count(self, verdict: str) -> int:
         return sum(r.verdict == verdict for r in self.rows)
 
 
-def per_run_values(runs: list[Run], metric: str, stat: str,
-                   select: Callable[[dict], bool] = lambda r: True) -> dict[ConfigKey, list[tuple[str, float]]]:
-    """Configuration -> [(run label, the run's value)], one entry per run that measured it."""
-    out: dict[ConfigKey, list[tuple[str, float]]] = {}
-    for run in runs:
-        mine: dict[ConfigKey, list[float]] = {}
-        for result in run.results:
-            if not select(result):
-                continue
-            value = metric_value(result, metric, stat)
-            if value is not None and value > 0:
-                mine.setdefault(keys.config_key(result), []).append(value)
-        for key, values in mine.items():
-            out.setdefault(key, []).append((run_label(run), float(statistics.median(values))))
+def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None = None
+                   ) -> dict[ConfigKey, Side]:
+    """Configuration -> its runs' values (among ``rows``, a boolean mask; all rows when None), in start-
+    time order. Values that are missing or not above 0 are left out."""
+    values = table.values(metric, stat)
+    usable = np.isfinite(values) & (values > 0)
+    if rows is not None:
+        usable &= rows
+    picked = np.flatnonzero(usable)
+    configs, runs, medians = per_run_medians(table.config[picked], table.run[picked], values[picked])
+    labels = [run_label(run) for run in table.runs]
+    times = [run_time(run) for run in table.runs]
+    stamps = [t.timestamp() if t else math.inf for t in times]
+    rank = np.empty(len(table.runs), dtype=np.int64)
+    rank[sorted(range(len(labels)), key=lambda i: (stamps[i], labels[i]))] = np.arange(len(labels))
+    days = np.unique([t.strftime("%Y-%m-%d") if t else lab for t, lab in zip(times, labels)] or [""],
+                     return_inverse=True)[1]
+    order = np.lexsort((rank[runs], configs))
+    configs, runs, medians = configs[order], runs[order], medians[order]
+    bounds = np.flatnonzero(np.r_[True, configs[1:] != configs[:-1], True]) if len(configs) else np.array([0])
+    out: dict[ConfigKey, Side] = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        mine = runs[a:b]
+        out[table.configs[configs[a]]] = Side(medians[a:b].tolist(), [labels[r] for r in mine.tolist()], days[mine],
+                                              [stamps[r] for r in mine.tolist()])
     return out
 
 
-def verdict(ratio: float, interval: intervals.Interval | None, threshold: float, higher_better: bool) -> str:
-    """Classify one ratio (new / baseline); see the module docstring."""
+def verdict(ratio: float, adjusted: float | None, alpha: float, threshold: float, higher_better: bool) -> str:
+    """Classify one ratio (new / baseline) by the threshold and the Holm-adjusted p-value (None: untested)."""
     worse = ratio < 1 - threshold if higher_better else ratio > 1 + threshold
     better = ratio > 1 + threshold if higher_better else ratio < 1 - threshold
     if not (worse or better):
         return OK
-    if interval is None:
+    if adjusted is None:
         return UNCONFIRMED if worse else IMPROVED_UNCONFIRMED
-    up, down = interval.low > 1, interval.high < 1
-    if worse and (down if higher_better else up):
-        return REGRESSION
-    if better and (up if higher_better else down):
-        return IMPROVED
-    return NOISE
+    if adjusted > alpha:
+        return NOISE
+    return REGRESSION if worse else IMPROVED
 
 
-def compare(baseline: list[Run], new: list[Run], metric: str = "latency", stat: str = "p50",
+def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p50",
             threshold: float = 0.05, confidence: float = 0.95,
-            select: Callable[[dict], bool] = lambda r: True) -> Comparison:
-    """Compare every configuration measured on both sides; small messages first."""
-    base_values = per_run_values(baseline, metric, stat, select)
-    new_values = per_run_values(new, metric, stat, select)
-    result = Comparison(metric, stat, threshold, confidence)
+            select: Callable[[Table], np.ndarray] | None = None, by_day: bool = False,
+            rho: float | None = None, baseline_rows: np.ndarray | None = None) -> Comparison:
+    """Compare every configuration measured on both sides; small messages first. ``select`` gives the
+    rows of a table to compare (a boolean mask), ``baseline_rows`` narrows the baseline further (a
+    lookback window); ``by_day`` judges against the baseline's days; ``rho`` the correlation of
+    back-to-back runs (None: measured from both sides' runs)."""
+    base_mask = select(baseline) if select else np.ones(len(baseline), dtype=bool)
+    if baseline_rows is not None:
+        base_mask = base_mask & baseline_rows
+    base_values = per_run_values(baseline, metric, stat, base_mask)
+    new_values = per_run_values(new, metric, stat, select(new) if select else None)
+    shared = set(base_values) & set(new_values)
+    if rho is None:
+        series = [side[k].values for side in (base_values, new_values) for k in shared]
+        result = Comparison(metric, stat, threshold, confidence, run_correlation(series), "measured")
+    else:
+        result = Comparison(metric, stat, threshold, confidence, rho, "given")
     for key in sorted(set(base_values) | set(new_values), key=ConfigKey.sort_key):
         if key not in new_values:
             result.only_baseline.append(key)
-            continue
-        if key not in base_values:
+        elif key not in base_values:
             result.only_new.append(key)
-            continue
-        b_runs, b = zip(*base_values[key])
-        n_runs, n = zip(*new_values[key])
-        ratio = statistics.median(n) / statistics.median(b)
-        iv = intervals.interval(b, n, confidence)
-        result.rows.append(Row(key, list(b), list(n), list(b_runs), list(n_runs), float(ratio), iv,
-                               verdict(ratio, iv, threshold, higher_is_better(metric))))
+        else:
+            result.rows.append(_row(key, base_values[key], new_values[key], result.rho, by_day))
+    _judge(result, higher_is_better(metric))
     return result
+
+
+def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> Row:
+    test, days = None, None
+    if by_day:
+        codes, inverse = np.unique(base.days, return_inverse=True)
+        values = np.asarray(base.values)
+        days = len(codes)
+        test = block_test([float(np.median(values[inverse == d])) for d in range(days)], fresh.values, rho)
+    if test is None and alternate(base.order, fresh.order) and not math.isinf(max(base.order + fresh.order)):
+        test = paired_test(base.values, fresh.values)  # the i-th runs of the two sides are neighbours in time
+    if test is None:
+        test = run_test(base.values, fresh.values, rho)
+    ratio = statistics.median(fresh.values) / statistics.median(base.values)
+    return Row(key, base.values, fresh.values, base.labels, fresh.labels, float(ratio), test, days=days)
+
+
+def _judge(result: Comparison, higher_better: bool) -> None:
+    adjusted = holm([r.test.p if r.test else None for r in result.rows])
+    level = result.interval_confidence
+    for row, adj in zip(result.rows, adjusted):
+        row.p_adjusted = adj
+        row.interval = row.test.interval(level) if row.test else None
+        row.verdict = verdict(row.ratio, adj, result.alpha, result.threshold, higher_better)

@@ -1,11 +1,14 @@
-"""Compare new runs against baseline runs: ratio of medians per configuration, with a confidence interval.
+"""Compare new runs against baseline runs: ratio of medians per configuration, judged over the whole comparison.
 
 Each run is one sample (launch-to-launch variance dominates small messages): a run's value is its p50
-latency by default. ratio = median(new) / median(baseline); the interval is distribution-free
-(Mann-Whitney / Hodges-Lehmann over runs). A regression is a ratio beyond --threshold in the bad
-direction (latency up, bandwidth down) whose interval excludes 1. With too few runs to judge (at 95 %:
-fewer than 4 and 4, 3 and 5, 2 and 8 or 1 and 39 runs) a change beyond the threshold is reported as
-"regression?" and fails unless --allow-unconfirmed. Exit 1 on a regression, 2 on bad input.
+latency by default. ratio = median(new) / median(baseline). Per configuration a t-test on log run values
+whose variance allows for the correlation of back-to-back runs (measured from the runs, or
+--run-correlation); with --lookback DAYS the new runs are judged against the spread between the
+baseline's last DAYS days. The p-values of all configurations are Holm-adjusted: a comparison reports a
+false REGRESSION with probability at most 1 - --confidence, however many configurations it holds.
+A regression is a ratio beyond --threshold in the bad direction that is significant after adjustment.
+Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input.
+See docs/regressions.md.
 """
 
 from __future__ import annotations
@@ -14,19 +17,16 @@ import argparse
 import json
 import sys
 
-from microbench.errors import UsageError
-from microbench.gate import intervals, keys
-from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, \
-    Comparison, compare
-from microbench.gate.load import benchmark_names, load_runs, mpi_library, time_span
-from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, \
-    higher_is_better
-from microbench.gate.table import num, render
-from microbench.records import Run
-from microbench.sizes import format_size, parse_sizes
+import numpy as np
 
-_SHOWN_VERDICT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "noise", OK: "ok",
-                  IMPROVED: "improved", IMPROVED_UNCONFIRMED: "improved?"}
+from microbench.errors import UsageError
+from microbench.gate import select as select_runs
+from microbench.gate.columns import RunInfo, Table
+from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare
+from microbench.gate.compare_report import METHOD, SHOWN_VERDICT, geometric_means, report_lines
+from microbench.gate.load import benchmark_names, load_table, run_time
+from microbench.gate.metrics import LATENCY_STATS, METRICS, check_stat, default_stat, higher_is_better
+from microbench.sizes import parse_sizes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,129 +45,117 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--benchmark", action="append", metavar="NAME",
                    help="only these benchmarks (repeat or comma-separate; pairs: the pairwise link test)")
     p.add_argument("-m", "--sizes", metavar="SIZES", help="only these sizes (size grammar, e.g. 8:4K)")
+    p.add_argument("--lookback", type=int, metavar="DAYS",
+                   help="baseline = the runs of the last DAYS days (UTC, with runs) before the new runs start; "
+                        "the new runs are judged against the spread between those days (nightly history)")
+    p.add_argument("--run-correlation", type=parse_rho, default=None, metavar="RHO",
+                   help="lag-1 correlation of back-to-back runs, 0 to 0.9 (default: measured from the runs)")
+    p.add_argument("--fail-unconfirmed", action="store_true",
+                   help="exit 1 also when a change beyond the threshold could not be tested for lack of runs")
     p.add_argument("--allow-unconfirmed", action="store_true",
-                   help="exit 0 when changes beyond the threshold could not be judged for lack of runs")
+                   help="kept for old scripts: unconfirmed changes no longer fail unless --fail-unconfirmed")
+    p.add_argument("--table", action="store_true",
+                   help="also a table per benchmark: geometric mean of the ratios across sizes")
     p.add_argument("--changes-only", action="store_true", help="table: leave out rows whose verdict is ok")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of the table")
+    select_runs.add_arguments(p)
 
 
-def parse_threshold(text: str) -> float:
-    """``5%`` or ``0.05`` -> 0.05 (a bare number must be a fraction below 1)."""
+def parse_threshold(text: str, option: str = "--threshold") -> float:
+    """``5%`` or ``0.05`` -> 0.05 (a bare number must be a fraction below 1); errors name ``option``."""
     raw = text.strip()
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise UsageError(f"bad --threshold {text!r}: give a percentage such as 5% or a fraction such as 0.05") \
+        raise UsageError(f"bad {option} {text!r}: give a percentage such as 5% or a fraction such as 0.05") \
             from None
     if not raw.endswith("%") and value >= 1:
-        raise UsageError(f"bad --threshold {text!r}: a bare number is a fraction (0.05 = 5 %); write {raw}% "
+        raise UsageError(f"bad {option} {text!r}: a bare number is a fraction (0.05 = 5 %); write {raw}% "
                          "for a percentage")
     if not value > 0:
-        raise UsageError(f"bad --threshold {text!r}: must be above 0")
+        raise UsageError(f"bad {option} {text!r}: must be above 0")
+    return value
+
+
+def parse_rho(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 0.9:
+        raise UsageError(f"bad --run-correlation {text!r}: give a number from 0 to 0.9")
     return value
 
 
 def _selector(args):
+    """(keep: which configurations to read, select: which rows of a table to compare)."""
     chosen = benchmark_names(args.benchmark)
     names = set(chosen) if chosen else None
-    sizes = set(parse_sizes(args.sizes)) if args.sizes else None
+    sizes = parse_sizes(args.sizes) if args.sizes else None
 
-    def select(result: dict) -> bool:
-        if names is not None and result.get("benchmark") not in names:
-            return False
-        if sizes is not None and not (result.get("size_bytes") in sizes or result.get("requested_bytes") in sizes):
-            return False
-        return True
-    return select
+    def keep(key) -> bool:
+        return names is None or key.benchmark in names
+
+    def select(table: Table) -> np.ndarray:
+        return table.size_mask(sizes) if sizes is not None else np.ones(len(table), dtype=bool)
+    return keep, select
 
 
 def main(args) -> int:
     if not 0.5 <= args.confidence < 1:
         raise UsageError(f"--confidence must be from 0.5 up to 1 (got {args.confidence})")
+    if args.lookback is not None and args.lookback < 3:
+        raise UsageError(f"--lookback needs at least 3 days to measure their spread (got {args.lookback})")
     stat = check_stat(args.stat) if args.stat else default_stat(args.metric)
-    select = _selector(args)
-    baseline = load_runs(args.baseline, "baseline")
-    new = load_runs(args.new, "new")
-    result = compare(baseline, new, args.metric, stat, args.threshold, args.confidence, select)
+    keep, select = _selector(args)
+    baseline_table = load_table(args.baseline, "baseline", [stat], select_runs.Selection.from_args(args), keep)
+    new_table = load_table(args.new, "new", [stat], select_runs.Selection.from_args(args), keep)
+    window = lookback_mask(baseline_table, new_table, args.lookback) if args.lookback else None
+    result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, select,
+                     by_day=bool(args.lookback), rho=args.run_correlation, baseline_rows=window)
     if not result.rows:
         raise UsageError("nothing to compare: no configuration (benchmark, size, ranks, backend, options) "
-                         "was measured on both sides")
-    failing = result.count(REGRESSION) + (0 if args.allow_unconfirmed else result.count(UNCONFIRMED))
+                         "was measured on both sides" + (" within the lookback window" if args.lookback else ""))
+    failing = result.count(REGRESSION) + (result.count(UNCONFIRMED) if args.fail_unconfirmed else 0)
     code = 1 if failing else 0
+    used = select(baseline_table) & (window if window is not None else True)
+    baseline = [baseline_table.runs[i] for i in baseline_table.used_runs(np.flatnonzero(used))]
     if args.json:
-        json.dump(as_json(result, baseline, new, args, code), sys.stdout, indent=1)
+        json.dump(as_json(result, baseline, new_table.runs, args, code), sys.stdout, indent=1)
         print()
     else:
-        print("\n".join(report_lines(result, baseline, new, args)))
+        print("\n".join(report_lines(result, baseline, new_table.runs, args, code)))
     return code
 
 
-def _side(runs: list[Run], files: list[str]) -> dict:
+def lookback_mask(baseline: Table, new: Table, days: int) -> np.ndarray:
+    """Baseline rows of runs on the last ``days`` UTC days that have runs, before the new runs start."""
+    starts = [t for t in (run_time(r) for r in new.runs) if t]
+    first = min(starts) if starts else None
+    times = [run_time(r) for r in baseline.runs]
+    eligible = [t for t in times if t and (first is None or t < first)]
+    chosen = set(sorted({t.date() for t in eligible})[-days:])
+    per_run = np.array([bool(t and t.date() in chosen and (first is None or t < first)) for t in times] or [False])
+    return per_run[baseline.run] if len(baseline) else np.zeros(0, dtype=bool)
+
+
+def _side(runs: list[RunInfo], files: list[str]) -> dict:
     return {"files": list(files), "run_ids": [r.run_id for r in runs],
             "time_utc": [r.meta.get("time_utc") for r in runs]}
 
 
-def as_json(result: Comparison, baseline: list[Run], new: list[Run], args, code: int) -> dict:
+def as_json(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], args, code: int) -> dict:
     return {
         "metric": result.metric, "stat": result.stat, "threshold": result.threshold,
         "confidence": result.confidence, "higher_is_better": higher_is_better(result.metric),
-        "method": "ratio of medians of per-run values; distribution-free (Mann-Whitney/Hodges-Lehmann) "
-                  "confidence interval over runs; regression = beyond threshold and interval excludes 1",
+        "method": METHOD, "error_control": "Holm: family-wise error rate <= 1 - confidence over all rows",
+        "run_correlation": result.rho, "run_correlation_source": result.rho_source,
+        "interval_confidence": result.interval_confidence, "lookback_days": args.lookback,
         "baseline": _side(baseline, args.baseline), "new": _side(new, args.new),
-        "summary": {v: result.count(v) for v in _SHOWN_VERDICT},
+        "summary": {v: result.count(v) for v in SHOWN_VERDICT},
         "exit_status": code,
         "rows": [r.as_dict() for r in result.rows],
+        "geometric_means": [g.as_dict() for g in geometric_means(result)],
         "only_baseline": [k.as_dict() for k in result.only_baseline],
         "only_new": [k.as_dict() for k in result.only_new],
     }
-
-
-def report_lines(result: Comparison, baseline: list[Run], new: list[Run], args) -> list[str]:
-    conf = f"{result.confidence * 100:g} %"
-    worse = "falls" if higher_is_better(result.metric) else "rises"
-    need = intervals.min_runs(result.confidence)
-    lines = [
-        f"# microbench compare: baseline {len(baseline)} run(s) ({time_span(baseline)}, "
-        f"{', '.join(sorted({mpi_library(r) for r in baseline}))}), new {len(new)} run(s) ({time_span(new)}, "
-        f"{', '.join(sorted({mpi_library(r) for r in new}))})",
-        f"# per-run value: {explain(result.metric, result.stat)}; ratio = median(new) / median(baseline)",
-        f"# {conf} CI: distribution-free over runs (Mann-Whitney / Hodges-Lehmann); significant = CI excludes 1",
-        f"# REGRESSION: {result.metric} {worse} by more than {result.threshold * 100:g} % and significant; "
-        f"regression?: beyond the threshold but too few runs to judge (at {conf} a side needs >= {need} runs "
-        f"when the other has as many); noise: beyond the threshold, CI holds 1",
-    ]
-    shared = {r.run_id for r in baseline if r.run_id} & {r.run_id for r in new if r.run_id}
-    if shared:
-        lines.append(f"# note: {len(shared)} run(s) are on both sides: {', '.join(sorted(shared)[:5])}")
-    shown = keys.varying_options(r.key for r in result.rows)
-    common = keys.common_options([r.key for r in result.rows])
-    if common != "-":
-        lines.append(f"# common options: {common}")
-    unit = UNITS[result.metric]
-    headers = ["size", "benchmark", "ranks", "backend", *(["options"] if _extra(shown) else []),
-               f"baseline({unit})", "runs", f"new({unit})", "runs", "ratio", f"{conf} CI", "verdict"]
-    rows = []
-    for r in result.rows:
-        if args.changes_only and r.verdict == OK:
-            continue
-        iv = r.interval
-        rows.append([format_size(r.key.size_bytes), r.key.benchmark, str(r.key.get("ranks")),
-                     str(r.key.get("backend")), *([keys.describe_options(r.key, _extra(shown))] if _extra(shown) else []),
-                     num(r.baseline_median), str(len(r.baseline)), num(r.new_median), str(len(r.new)),
-                     f"{r.ratio:.3f}", f"[{iv.low:.3f}, {iv.high:.3f}]" if iv else "too few runs",
-                     _SHOWN_VERDICT[r.verdict]])
-    left = {1, 3, *([4] if _extra(shown) else []), len(headers) - 1}
-    lines += render(headers, rows, left=sorted(left))
-    for title, only in (("only in baseline", result.only_baseline), ("only in new", result.only_new)):
-        if only:
-            names = ", ".join(f"{k.benchmark} {format_size(k.size_bytes)}" for k in only[:10])
-            lines.append(f"# note: {len(only)} configuration(s) {title}: {names}{' ...' if len(only) > 10 else ''}")
-    summary = ", ".join(f"{result.count(v)} {_SHOWN_VERDICT[v]}" for v in _SHOWN_VERDICT if result.count(v))
-    failing = result.count(REGRESSION) + (0 if args.allow_unconfirmed else result.count(UNCONFIRMED))
-    lines.append(f"# {len(result.rows)} configuration(s) compared: {summary} -> "
-                 f"{'FAIL' if failing else 'PASS'}")
-    return lines
-
-
-def _extra(shown: list[str]) -> list[str]:
-    return [n for n in shown if n not in ("ranks", "backend")]

@@ -1,24 +1,27 @@
-"""Latency over time across many runs: a table (one row per run, by start time) and optionally a figure.
+"""Latency over time across many runs: a table (one row per run, by start time), steps, and a figure.
 
 Each column is one configuration (benchmark, size, ranks, backend, options); each cell the run's p50
 latency (--stat, --metric to change). Runs are ordered by the start time in their run line. The MPI
-library column (and dotted lines in the figure) show where the library changed.
+library column (and dotted lines in the figure) show where the library changed. In each column the
+steps (``steps.detect``: a level that shifts at one run and stays) are listed with the run where they
+start, the medians before and after, and what the runs recorded as changed at that run (MPI, package
+versions, hosts, transport environment); --fail-on-step exits 1 on a step for the worse that no
+recorded change explains. The figure draws a rolling median and band over the points and marks steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 from microbench.errors import UsageError
-from microbench.gate import keys
-from microbench.gate.keys import ConfigKey
-from microbench.gate.load import benchmark_names, load_runs, mpi_library, run_label, run_time
+from microbench.gate import history, keys, select
+from microbench.gate.columns import RunInfo
+from microbench.gate.compare_cli import parse_threshold
+from microbench.gate.load import benchmark_names, load_table, mpi_library, run_label, run_time
 from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, label
 from microbench.gate.table import num, render
-from microbench.records import Run
 from microbench.sizes import format_size, parse_sizes
 
 
@@ -34,116 +37,137 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latency statistic (default p50 for latency, avg for bandwidth)")
     p.add_argument("-o", "--figure", metavar="FILE.png", help="also draw the history (PNG or SVG by suffix)")
     p.add_argument("--json", action="store_true", help="print the history as JSON instead of the table")
-
-
-def collect(runs: list[Run], benchmarks: set[str] | None, sizes: set[int], metric: str, stat: str
-            ) -> tuple[list[Run], list[ConfigKey], dict[tuple[int, ConfigKey], float]]:
-    """(runs by start time, columns small sizes first, (run index, column) -> the run's value)."""
-    from microbench.gate.metrics import metric_value
-
-    ordered = sorted(runs, key=lambda r: (run_time(r) is None, run_time(r) or 0, run_label(r)))
-    cells: dict[tuple[int, ConfigKey], list[float]] = {}
-    for index, run in enumerate(ordered):
-        for res in run.results:
-            if benchmarks is not None and res.get("benchmark") not in benchmarks:
-                continue
-            if res.get("size_bytes") not in sizes and res.get("requested_bytes") not in sizes:
-                continue
-            value = metric_value(res, metric, stat)
-            if value is not None:
-                cells.setdefault((index, keys.config_key(res)), []).append(value)
-    columns = sorted({k for _, k in cells}, key=ConfigKey.sort_key)
-    values = {ik: float(statistics.median(v)) for ik, v in cells.items()}
-    return ordered, columns, values
-
-
-def column_labels(columns: list[ConfigKey]) -> list[str]:
-    """``benchmark size`` plus the options that tell apart columns of the same benchmark and size."""
-    out = []
-    for key in columns:
-        twins = [k for k in columns if (k.benchmark, k.size_bytes) == (key.benchmark, key.size_bytes)]
-        extra = keys.describe_options(key, keys.varying_options(twins)) if len(twins) > 1 else ""
-        out.append(f"{key.benchmark} {format_size(key.size_bytes)}" + (f" {extra}" if extra else ""))
-    return out
+    p.add_argument("--lookback", type=int, metavar="DAYS", help="only the runs of the last DAYS days with runs")
+    p.add_argument("--min-step", type=lambda text: parse_threshold(text, "--min-step"), default=0.05, metavar="PCT",
+                   help="smallest step reported: medians this far apart (default 5%%)")
+    p.add_argument("--confidence", type=float, default=0.95, metavar="C",
+                   help="a step is kept when its p-value (corrected for the split points tried) is at most "
+                        "1 - C (default 0.95)")
+    p.add_argument("--fail-on-step", action="store_true",
+                   help="exit 1 when a step for the worse starts at a run where no recorded condition changed")
+    select.add_arguments(p)
 
 
 def main(args) -> int:
+    if not 0.5 <= args.confidence < 1:
+        raise UsageError(f"--confidence must be from 0.5 up to 1 (got {args.confidence})")
     stat = check_stat(args.stat) if args.stat else default_stat(args.metric)
     chosen = benchmark_names(args.benchmark)
     benchmarks = set(chosen) if chosen else None
-    sizes = set(parse_sizes(args.sizes))
-    runs = load_runs(args.results)
-    ordered, columns, values = collect(runs, benchmarks, sizes, args.metric, stat)
-    if not columns:
-        present = sorted({r.get("size_bytes") for run in runs for r in run.results
-                          if benchmarks is None or r.get("benchmark") in benchmarks} - {None})
+    sizes = parse_sizes(args.sizes)
+    table = load_table(args.results, stats=[stat], selection=select.Selection.from_args(args),
+                       keep=lambda key: benchmarks is None or key.benchmark in benchmarks)
+    hist = history.build(table, sizes, args.metric, stat, args.lookback)
+    if not hist.columns:
+        present = sorted(set(table.size.tolist()) - {-1})
         raise UsageError(f"no results at sizes {args.sizes}" + (f" of {', '.join(sorted(benchmarks))}" if benchmarks
                          else "") + f"; sizes present: {', '.join(format_size(s) for s in present[:12]) or 'none'}"
                          + (" ..." if len(present) > 12 else ""))
-    labels = column_labels(columns)
+    hist.find_steps(args.min_step, 1 - args.confidence)
     if args.figure:
         from microbench.plotting import check_path
 
         check_path(args.figure)
+    failing = [f for f in hist.steps if f.worse and not f.explained]
+    code = 1 if args.fail_on_step and failing else 0
     if args.json:
-        json.dump(as_json(ordered, columns, labels, values, args.metric, stat), sys.stdout, indent=1)
+        json.dump(as_json(hist, args, code), sys.stdout, indent=1)
         print()
     else:
-        print("\n".join(report_lines(ordered, columns, labels, values, args.metric, stat)))
+        print("\n".join(report_lines(hist) + step_lines(hist, args, code)))
     if args.figure:
-        path = draw_figure(ordered, columns, labels, values, args.metric, stat, args.figure)
+        path = draw_figure(hist, args.figure)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return code
 
 
-def _used_runs(ordered: list[Run], columns: list[ConfigKey], values: dict) -> list[int]:
-    return [i for i in range(len(ordered)) if any((i, k) in values for k in columns)]
+def _time(run: RunInfo) -> str:
+    when = run_time(run)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else "?"
 
 
-def as_json(ordered, columns, labels, values, metric, stat) -> dict:
-    return {"metric": metric, "stat": stat, "unit": UNITS[metric], "how": explain(metric, stat),
+def step_dict(hist: history.History, found: history.FoundStep) -> dict:
+    run = hist.runs[found.run]
+    return {"run_id": run.run_id, "time_utc": _time(run), "previous_run_id": hist.runs[found.previous].run_id,
+            "median_before": found.step.before, "median_after": found.step.after, "ratio": found.step.ratio,
+            "p": found.step.p, "worse": found.worse, "changed": found.changed, "explained": found.explained}
+
+
+def as_json(hist: history.History, args, code: int) -> dict:
+    return {"metric": hist.metric, "stat": hist.stat, "unit": UNITS[hist.metric], "how": explain(hist.metric, hist.stat),
+            "steps_method": STEPS_METHOD, "min_step": args.min_step, "confidence": args.confidence,
+            "exit_status": code,
             "series": [{"label": lab, "config": key.as_dict(),
-                        "points": [{"time_utc": ordered[i].meta.get("time_utc"), "run_id": ordered[i].run_id,
-                                    "mpi": mpi_library(ordered[i]), "value": values[(i, key)]}
-                                   for i in range(len(ordered)) if (i, key) in values]}
-                       for key, lab in zip(columns, labels)]}
+                        "points": [{"time_utc": hist.runs[i].meta.get("time_utc"), "run_id": hist.runs[i].run_id,
+                                    "mpi": mpi_library(hist.runs[i]), "value": hist.values[(i, key)]}
+                                   for i in hist.points(c)],
+                        "steps": [step_dict(hist, f) for f in hist.steps if f.column == c]}
+                       for c, (key, lab) in enumerate(zip(hist.columns, hist.labels))]}
 
 
-def report_lines(ordered, columns, labels, values, metric, stat) -> list[str]:
-    used = _used_runs(ordered, columns, values)
-    lines = [f"# microbench history: {len(used)} run(s); each cell: {label(metric, stat)} of that run",
-             f"# {explain(metric, stat)}"]
-    common = keys.common_options(columns)
+STEPS_METHOD = ("binary segmentation; each split scored by the Mann-Whitney rank test of the later runs against "
+                "the earlier ones, kept when the medians differ by at least min_step and p x splits tried <= "
+                "1 - confidence (per series)")
+
+
+def report_lines(hist: history.History) -> list[str]:
+    used = hist.used_runs()
+    lines = [f"# microbench history: {len(used)} run(s); each cell: {label(hist.metric, hist.stat)} of that run",
+             f"# {explain(hist.metric, hist.stat)}"]
+    common = keys.common_options(hist.columns)
     if common != "-":
-        lines.append(f"# common options: {common}; ranks {'/'.join(sorted({str(k.get('ranks')) for k in columns}))}")
+        lines.append(f"# common options: {common}; ranks "
+                     f"{'/'.join(sorted({str(k.get('ranks')) for k in hist.columns}))}")
+    starts = {(f.run, f.column) for f in hist.steps}
     rows, previous = [], None
     for i in used:
-        run = ordered[i]
-        when = run_time(run)
+        run = hist.runs[i]
         lib = mpi_library(run)
         marker = "*" if previous is not None and lib != previous else ""
         previous = lib
-        rows.append([when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else "?", run_label(run), marker + lib,
-                     *[num(values.get((i, k))) for k in columns]])
-    lines += render(["time (UTC)", "run", "MPI", *labels], rows, left=[0, 1, 2])
+        rows.append([_time(run), run_label(run), marker + lib,
+                     *[num(hist.values.get((i, k))) + ("^" if (i, c) in starts else "")
+                       for c, k in enumerate(hist.columns)]])
+    lines += render(["time (UTC)", "run", "MPI", *hist.labels], rows, left=[0, 1, 2])
     if any(r[2].startswith("*") for r in rows):
         lines.append("# *: the MPI library changed from the run before")
     return lines
 
 
-def draw_figure(ordered, columns, labels, values, metric, stat, path):
-    from microbench.plotting import history
+def step_lines(hist: history.History, args, code: int) -> list[str]:
+    """One line per step (``^`` in the table marks where it starts), then the verdict."""
+    lines = [f"# steps ({STEPS_METHOD}; min step {args.min_step * 100:g} %):"]
+    for found in hist.steps:
+        step = found.step
+        what = "worse" if found.worse else "better"
+        why = "; ".join(found.changed[:6]) + (" ..." if len(found.changed) > 6 else "") if found.changed \
+            else "no recorded condition changed"
+        lines.append(f"  {hist.labels[found.column]}: step at run {run_label(hist.runs[found.run])} "
+                     f"({_time(hist.runs[found.run])}): {num(step.before)} -> {num(step.after)} "
+                     f"{UNITS[hist.metric]}, x{step.ratio:.3f} ({what}, p {step.p:.2g}); changed: {why}")
+    if not hist.steps:
+        lines.append("  none")
+    unexplained = sum(f.worse and not f.explained for f in hist.steps)
+    lines.append(f"# {len(hist.steps)} step(s), {unexplained} for the worse with no recorded change"
+                 + (" -> FAIL (--fail-on-step)" if code else ""))
+    return lines
 
-    series, changes, previous = [], [], None
-    for key, lab in zip(columns, labels):
-        points = [(run_time(ordered[i]), values[(i, key)]) for i in range(len(ordered))
-                  if (i, key) in values and run_time(ordered[i])]
-        series.append((lab, points))
-    for i in _used_runs(ordered, columns, values):
-        when, lib = run_time(ordered[i]), mpi_library(ordered[i])
+
+def draw_figure(hist: history.History, path):
+    from microbench.plotting import history as figure
+
+    series, libs, previous = [], [], None
+    for c, lab in enumerate(hist.labels):
+        key = hist.columns[c]
+        points = [(run_time(hist.runs[i]), hist.values[(i, key)]) for i in hist.points(c) if run_time(hist.runs[i])]
+        marks = [(run_time(hist.runs[f.run]), f.step.ratio) for f in hist.steps if f.column == c
+                 and run_time(hist.runs[f.run])]
+        series.append(figure.Line(lab, points, marks))
+    for i in hist.used_runs():
+        when, lib = run_time(hist.runs[i]), mpi_library(hist.runs[i])
         if when and previous is not None and lib != previous:
-            changes.append((when, lib))
+            libs.append((when, lib))
         previous = lib if when else previous
-    title = f"{label(metric, stat)} over time"
-    return history.draw(series, path, label(metric, stat), title, changes, note=explain(metric, stat),
-                        log=True)
+    title = f"{label(hist.metric, hist.stat)} over time"
+    return figure.draw(series, path, label(hist.metric, hist.stat), title, libs,
+                       note=explain(hist.metric, hist.stat), log=True)

@@ -50,6 +50,12 @@ OPTION_FIELDS: dict[str, type] = {
 
 KEY_FIELDS = BASE_FIELDS + tuple(OPTION_FIELDS)
 
+#: Record fields a configuration key is made from (``checked`` comes from ``check``).
+RAW_FIELDS = tuple(n for n in KEY_FIELDS if n != "checked") + ("check",)
+#: Key fields derived from other fields when a record lacks them (written before the field existed):
+#: a reader must tell "absent" from null for these.
+DERIVED_WHEN_ABSENT = ("call_path", "mpi_call")
+
 #: Types of every key field (for validating spec filters).
 FIELD_TYPES: dict[str, type] = {"benchmark": str, "size_bytes": int, "ranks": int, "backend": str, **OPTION_FIELDS}
 
@@ -129,6 +135,18 @@ def _call_path_before_the_field(result: dict) -> str | None:
 def config_key(result: dict) -> ConfigKey:
     """The configuration a result record measured."""
     return ConfigKey(tuple(field_value(result, name) for name in KEY_FIELDS))
+
+
+def config_from_raw(values: tuple) -> ConfigKey:
+    """The configuration of a record given as the values of ``RAW_FIELDS`` in order; a field a reader
+    found absent is ``msgspec.UNSET`` (or missing from the record dict), which matters for the fields of
+    ``DERIVED_WHEN_ABSENT``."""
+    record = {name: value for name, value in zip(RAW_FIELDS, values) if not _unset(value)}
+    return config_key(record)
+
+
+def _unset(value: Any) -> bool:
+    return type(value).__name__ == "UnsetType"
 
 
 def varying_options(keys: Iterable[ConfigKey]) -> list[str]:

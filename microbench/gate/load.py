@@ -1,35 +1,52 @@
-"""Reading runs for the gate tools: files or directories, each run once, with its time."""
+"""Reading runs for the gate tools: files or directories into a columnar table, each run once, with its time."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import os
-from typing import Iterable
+import sys
+from typing import Callable, Iterable
 
 from microbench.errors import UsageError
-from microbench.records import Run, read_runs
+from microbench.gate.columns import RunInfo, Table
+from microbench.gate.keys import ConfigKey
+from microbench.gate.metrics import LATENCY_STATS
+from microbench.gate.index import PartReader
+from microbench.gate.scan import ScanNotes, jsonl_paths
+from microbench.gate.select import Selection, mixture_notes
+from microbench.gate.tablebuild import TableBuilder
 
 
-def load_runs(paths: Iterable[str | os.PathLike], what: str = "results") -> list[Run]:
-    """Runs with at least one result from JSONL files or directories; each run_id counted once.
+def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats: Iterable[str] = LATENCY_STATS,
+               selection: Selection | None = None, keep: Callable[[ConfigKey], bool] | None = None) -> Table:
+    """The result rows of JSONL files or folders, by column (``columns.Table``); each run counted once.
 
-    The same run reached twice (a file and the directory holding it) would otherwise count as two
-    samples. No run with results at all is a usage error naming ``what`` (e.g. "baseline").
+    Files are read through the index (``index.py``: a decoded file is kept until it changes). Only the
+    latency statistics ``stats`` are kept; ``selection`` (host set, backend, MPI) leaves runs
+    out, ``keep`` configurations. What was skipped (unreadable lines, other tools' lines, runs outside
+    the selection) and a mix of host sets or MPI libraries are noted on stderr, one line each, prefixed
+    with ``what``. No result row at all is a usage error naming ``what`` (e.g. "baseline").
     """
     paths = list(paths)
-    seen: set[str] = set()
-    runs: list[Run] = []
-    for run in read_runs(paths):
-        if not run.results:
-            continue
-        if run.run_id:
-            if run.run_id in seen:
-                continue
-            seen.add(run.run_id)
-        runs.append(run)
-    if not runs:
-        raise UsageError(f"no result records in {what} ({', '.join(map(str, paths))})")
-    return runs
+    notes = ScanNotes()
+    selection = selection or Selection()
+    builder = TableBuilder(tuple(dict.fromkeys(stats)), selection, keep)
+    reader = PartReader(notes)
+    gc.disable()  # decoded records hold no cycles; the collector would walk every one of them again and again
+    try:
+        for path in jsonl_paths(paths):
+            builder.add(reader.read(path), str(path))
+    finally:
+        gc.enable()
+    table = builder.table()
+    lines = notes.lines() + selection.notes() + mixture_notes([r.meta for r in table.runs])
+    for line in lines:
+        print(f"# note: {what}: {line}", file=sys.stderr)
+    if not len(table):
+        raise UsageError(f"no result records in {what} ({', '.join(map(str, paths))})"
+                         + (f" within the selection ({selection.describe()})" if selection.describe() else ""))
+    return table
 
 
 def benchmark_names(items: Iterable[str] | None) -> list[str] | None:
@@ -61,18 +78,17 @@ def parse_time(text: object) -> dt.datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
-def run_time(run: Run) -> dt.datetime | None:
+def run_time(run: RunInfo) -> dt.datetime | None:
     """When a run started: its run line's ``time_utc``, else its first result's."""
-    return parse_time(run.meta.get("time_utc")) or next(
-        (t for t in (parse_time(r.get("time_utc")) for r in run.results) if t), None)
+    return parse_time(run.meta.get("time_utc")) or parse_time(run.result_time)
 
 
-def run_label(run: Run) -> str:
+def run_label(run: RunInfo) -> str:
     """``run_id`` (or the file it came from) for messages."""
     return run.run_id or os.path.basename(run.source) or "?"
 
 
-def unique_labels(runs: list[Run]) -> list[str]:
+def unique_labels(runs: list[RunInfo]) -> list[str]:
     """``run_label`` of each run, with ``#2``, ``#3`` ... added where labels repeat (runs without an id)."""
     seen: dict[str, int] = {}
     out = []
@@ -83,7 +99,7 @@ def unique_labels(runs: list[Run]) -> list[str]:
     return out
 
 
-def time_span(runs: list[Run]) -> str:
+def time_span(runs: list[RunInfo]) -> str:
     """``FIRST .. LAST`` start times of the runs (or one time, or ``unknown time``)."""
     times = sorted(t for t in (run_time(r) for r in runs) if t)
     if not times:
@@ -92,7 +108,7 @@ def time_span(runs: list[Run]) -> str:
     return first if first == last else f"{first} .. {last}"
 
 
-def mpi_library(run: Run) -> str:
+def mpi_library(run: RunInfo) -> str:
     """The MPI library's first words (``Open MPI v5.0.11``), or the backend name."""
     text = (run.meta.get("mpi") or {}).get("library_version") or ""
     first = text.splitlines()[0].split(",")[0].strip() if text else ""

@@ -8,8 +8,11 @@
   is exactly the recorded ``algbw_gbps``/``busbw_gbps``.
 - overlap (%, specs only): OMB's overlap of a non-blocking record, ``overlap.overlap_pct.omb[stat]``
   (avg, min or max across ranks; p50: the formula on medians).
-- outliers (cells, specs only): the number of outlier cells a pairwise-link-test record (benchmark
-  ``pairs``) flagged; no statistic applies.
+- outliers (specs only): what a pairwise-link-test record (benchmark ``pairs``) flagged: its outlier links
+  (cells) plus its outlier nodes (participants whose row median stands out: a slow node spoils its whole row,
+  which with few nodes hides it from the cell rule); no statistic applies.
+- skew (x, specs only): ``stragglers.skew``, the slowest rank's mean latency over the fastest rank's
+  (microbench.stragglers); no statistic applies.
 
 For ``pairs`` records the statistics are over the pairs, each pair's value being the p50 of its
 iterations: ``max`` is the slowest link (for the bandwidth matrix, the highest per-message time).
@@ -25,8 +28,9 @@ from microbench.errors import UsageError
 LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "slowest")
 METRICS = ("latency", "busbw", "algbw")  #: what compare and history can follow
 OUTLIERS = "outliers"  #: a spec-only metric: outlier cells of a pairs record
+SKEW = "skew"  #: a spec-only metric: slowest over fastest per-rank mean latency
 OVERLAP = "overlap"  #: a spec-only metric: OMB's overlap (%) of a non-blocking record
-UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "cells", OVERLAP: "%"}
+UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "flagged", SKEW: "x", OVERLAP: "%"}
 
 
 def check_metric(metric: str) -> str:
@@ -54,12 +58,14 @@ def threshold_what(metric: str, stat: str | None, source: str = "") -> str:
         return "outliers"
     if metric == OVERLAP:
         return f"{stat} overlap"
+    if metric == SKEW:
+        return "rank skew (slowest / fastest rank mean)"
     return f"{metric} (from {stat}{source})"
 
 
 def higher_is_better(metric: str) -> bool:
-    """False for latency and outliers (less is better), True for bandwidth."""
-    return metric not in ("latency", OUTLIERS)
+    """False for latency, outliers and skew (less is better), True for bandwidth."""
+    return metric not in ("latency", OUTLIERS, SKEW)
 
 
 def metric_value(result: dict, metric: str, stat: str) -> float | None:
@@ -70,7 +76,10 @@ def metric_value(result: dict, metric: str, stat: str) -> float | None:
         return float(value) if isinstance(value, (int, float)) else None
     if metric == OUTLIERS:
         found = result.get("outliers")
-        return float(len(found)) if isinstance(found, list) else None
+        return float(len(found) + len(result.get("node_outliers") or ())) if isinstance(found, list) else None
+    if metric == SKEW:
+        skew = (result.get("stragglers") or {}).get("skew")
+        return float(skew) if isinstance(skew, (int, float)) else None
     latency = (result.get("latency_us") or {}).get(stat)
     if metric == "latency":
         return float(latency) if isinstance(latency, (int, float)) else None

@@ -14,7 +14,8 @@ max_latency_us = 50                          # judged on p50 unless stat = "avg"
 
 Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
 ``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
-the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier cells a matrix may flag);
+the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier links and nodes a matrix may flag);
+``max_rank_skew`` (the slowest rank's mean latency over the fastest rank's, at least 1; failures name them);
 for the non-blocking benchmarks ``min_overlap_pct`` (OMB's overlap, avg across ranks; ``stat = "p50"``: on
 medians);
 ``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
@@ -33,7 +34,7 @@ from typing import Any
 from microbench.errors import UsageError
 from microbench.gate import keys
 from microbench.gate.load import benchmark_names
-from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, UNITS, default_stat, threshold_what
+from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
 from microbench.pairs import PAIRS
 from microbench.sizes import format_size, parse_sizes
 
@@ -48,6 +49,7 @@ THRESHOLDS = {
     "min_busbw_gbps": ("busbw", "min"),
     "min_algbw_gbps": ("algbw", "min"),
     "max_outliers": (OUTLIERS, "max"),
+    "max_rank_skew": (SKEW, "max"),
     "min_overlap_pct": (OVERLAP, "min"),
 }
 
@@ -102,16 +104,11 @@ class Rule:
 
     def stat_for(self, metric: str) -> str | None:
         """The statistic a threshold on ``metric`` judges (None for outliers, a count of cells)."""
-        return None if metric == OUTLIERS else self.stat or default_stat(metric)
+        return None if metric in (OUTLIERS, SKEW) else self.stat or default_stat(metric)
 
-    def matches(self, result: dict) -> bool:
-        """Whether a result record falls under this rule (benchmark, sizes and filters)."""
-        if result.get("benchmark") not in self.benchmarks:
-            return False
-        if self.sizes is not None and not (
-                result.get("size_bytes") in self.sizes or result.get("requested_bytes") in self.sizes):
-            return False
-        return all(keys.field_value(result, k) == v for k, v in self.filters.items())
+    def matches_config(self, key: keys.ConfigKey) -> bool:
+        """Whether a configuration falls under this rule's benchmarks and filters (sizes aside)."""
+        return key.benchmark in self.benchmarks and all(key.get(k) == v for k, v in self.filters.items())
 
     def criteria_text(self) -> str:
         parts = []
@@ -217,6 +214,8 @@ def _parse_rule(index: int, merged: dict, raw: dict, spec_fail) -> Rule:
                 fail(f"{name} must be a whole number of at least 0 (got {limit!r})")
             if benchmarks != (PAIRS,):
                 fail(f"{name} applies to benchmark = \"{PAIRS}\" alone (the pairwise link test)")
+        elif metric == SKEW and (not _is_number(limit) or not math.isfinite(limit) or limit < 1):
+            fail(f"{name} must be a number of at least 1, the slowest over the fastest rank (got {limit!r})")
         elif not _is_number(limit) or not math.isfinite(limit) or limit <= 0:
             fail(f"{name} must be a positive number (got {limit!r})")
         thresholds.append(Threshold(name, metric, bound, float(limit)))

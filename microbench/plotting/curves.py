@@ -14,18 +14,18 @@ The bandwidth panel shows busbw (or algbw) = S [x factor] / latency, from the sa
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from microbench.gate import keys
+from microbench.gate.columns import RunInfo, Table, per_run_medians
 from microbench.gate.keys import ConfigKey
 from microbench.gate.load import mpi_library, run_label, run_time
-from microbench.gate.metrics import metric_value
-from microbench.records import Run
 
 BANDS = {"p10-p90": ("p90", "p10"), "min-max": ("slowest", "fastest"), "none": None}
-BYS = ("run", "config")
+BYS = ("auto", "run", "config")
 
 
 @dataclass
@@ -40,9 +40,15 @@ class Series:
     bandwidth: list[float | None] = field(default_factory=list)
     bandwidth_band: list[tuple[float, float] | None] = field(default_factory=list)
     runs: int = 1
+    newest: list[float | None] = field(default_factory=list)  #: merged: the newest run's latency per size
+    newest_bandwidth: list[float | None] = field(default_factory=list)
 
 
-def _run_titles(runs: list[Run]) -> list[str]:
+#: More runs than this of one benchmark are drawn merged by configuration (``by="auto"``).
+HANDFUL = 5
+
+
+def _run_titles(runs: list[RunInfo]) -> list[str]:
     """A legend title per run: its start time to the minute, to the second where two runs share a
     minute, and with the run id where they still collide (or have no time)."""
     times = [run_time(r) for r in runs]
@@ -54,72 +60,111 @@ def _run_titles(runs: list[Run]) -> list[str]:
     return titles
 
 
-def build_series(runs: list[Run], benchmark: str, stat: str = "p50", band: str = "p10-p90", by: str = "run",
+def benchmark_rows(table: Table, benchmark: str, stat: str) -> np.ndarray:
+    """Rows of ``benchmark`` that have the latency statistic ``stat``."""
+    return np.flatnonzero((table.benchmarks() == benchmark) & np.isfinite(table.latency[stat]) & (table.size > 0))
+
+
+def resolve_by(by: str, runs: int) -> str:
+    """``auto``: one curve per run up to ``HANDFUL`` runs, merged by configuration past it."""
+    return by if by != "auto" else ("run" if runs <= HANDFUL else "config")
+
+
+def newest_run(table: Table, rows: np.ndarray) -> int | None:
+    """The run (index) among ``rows`` that started last."""
+    runs = table.used_runs(rows)
+    timed = [(run_time(table.runs[i]), i) for i in runs if run_time(table.runs[i])]
+    return max(timed)[1] if timed else (runs[-1] if runs else None)
+
+
+def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p10-p90", by: str = "run",
                  bw_metric: str = "busbw") -> list[Series]:
     """The series of one benchmark (results with no usable latency statistic are left out)."""
-    groups: dict[tuple, list[tuple[Run, dict]]] = {}
-    for index, run in enumerate(runs):
-        for res in run.results:
-            if res.get("benchmark") != benchmark or metric_value(res, "latency", stat) is None:
-                continue
-            key = keys.config_key(res).without_size()
-            groups.setdefault((index if by == "run" else None, key), []).append((run, res))
+    rows = benchmark_rows(table, benchmark, stat)
+    sweeps = [c.without_size() for c in table.configs]
+    groups: dict[tuple, list[int]] = {}
+    for row, run, config in zip(rows.tolist(), table.run[rows].tolist(), table.config[rows].tolist()):
+        groups.setdefault((run if by == "run" else None, sweeps[config]), []).append(row)
     shown = keys.varying_options(k for _, k in groups)
     used = sorted({i for i, _ in groups if i is not None})
-    titles = dict(zip(used, _run_titles([runs[i] for i in used])))
+    titles = dict(zip(used, _run_titles([table.runs[i] for i in used])))
     several_runs = by == "run" and len(used) > 1
+    newest = newest_run(table, rows) if by == "config" else None
     out = []
     for (index, key), members in groups.items():
+        members = np.array(members)
         parts = [titles[index]] if several_runs else []
         if shown:
             parts.append(keys.describe_options(key, shown))
-        label_runs = len({id(r) for r, _ in members})
+        label_runs = len(table.used_runs(members))
         if by == "config":
             parts.append(f"{label_runs} run(s)")
-        series = Series(label=", ".join(parts) or _run_titles([members[0][0]])[0], key=key, runs=label_runs)
-        by_size: dict[int, list[dict]] = {}
-        for _, res in members:
-            by_size.setdefault(res["size_bytes"], []).append(res)
-        for size in sorted(by_size):
-            _add_point(series, size, by_size[size], stat, band, by, bw_metric)
+        title = ", ".join(parts) or _run_titles([table.runs[table.run[members[0]]]])[0]
+        series = Series(label=title, key=key, runs=label_runs)
+        sizes = table.size[members]
+        for size in np.unique(sizes).tolist():
+            at = members[sizes == size]
+            if by == "config":
+                _add_merged_point(series, table, size, at, stat, band, bw_metric, newest)
+            else:
+                _add_run_point(series, table, size, int(at[0]), stat, band, bw_metric)
         out.append(series)
     out.sort(key=lambda s: s.label)
     return out
 
 
-def _spread(values: list[float], band: str) -> tuple[float, float]:
-    import numpy as np
-
+def _spread(values: np.ndarray, band: str) -> tuple[float, float]:
     if band == "min-max":
-        return min(values), max(values)
+        return float(values.min()), float(values.max())
     lo, hi = np.percentile(values, [10, 90])
     return float(lo), float(hi)
 
 
-def _add_point(series: Series, size: int, results: list[dict], stat: str, band: str, by: str, bw: str) -> None:
-    lat = [metric_value(r, "latency", stat) for r in results]
-    bws = [metric_value(r, bw, stat) for r in results]
+def _add_merged_point(series: Series, table: Table, size: int, rows: np.ndarray, stat: str, band: str, bw: str,
+                      newest: int | None) -> None:
+    """Median over runs (each run's median, should it hold the size twice) and the spread over runs."""
+    lat_runs = per_run_medians(np.zeros(len(rows), dtype=np.int64), table.run[rows], table.values("latency", stat)[rows])
+    bw_values = table.values(bw, stat)[rows]
+    good = np.isfinite(bw_values)
+    bw_runs = per_run_medians(np.zeros(good.sum(), dtype=np.int64), table.run[rows][good], bw_values[good])
     series.sizes.append(size)
-    if by == "config":
-        series.latency.append(float(statistics.median(lat)))
-        good_bw = [b for b in bws if b is not None]
-        series.bandwidth.append(float(statistics.median(good_bw)) if good_bw else None)
-        series.latency_band.append(_spread(lat, band) if BANDS.get(band) else None)
-        series.bandwidth_band.append(_spread(good_bw, band) if BANDS.get(band) and good_bw else None)
-        return
-    res = results[0]
-    series.latency.append(lat[0])
-    series.bandwidth.append(bws[0])
+    series.latency.append(float(np.median(lat_runs[2])))
+    series.bandwidth.append(float(np.median(bw_runs[2])) if len(bw_runs[2]) else None)
+    series.latency_band.append(_spread(lat_runs[2], band) if BANDS.get(band) else None)
+    series.bandwidth_band.append(_spread(bw_runs[2], band) if BANDS.get(band) and len(bw_runs[2]) else None)
+    mine = lat_runs[1] == newest
+    series.newest.append(float(lat_runs[2][mine][0]) if mine.any() else None)
+    mine_bw = bw_runs[1] == newest
+    series.newest_bandwidth.append(float(bw_runs[2][mine_bw][0]) if mine_bw.any() else None)
+
+
+def _add_run_point(series: Series, table: Table, size: int, row: int, stat: str, band: str, bw: str) -> None:
+    """One run's statistic, its band from that run's samples (p10..p90 or fastest..slowest)."""
+    def value(metric: str, which: str | None) -> float | None:
+        if which is None or which not in table.latency:
+            return None
+        v = table.values(metric, which)[row]
+        return float(v) if np.isfinite(v) else None
+
+    series.sizes.append(size)
+    series.latency.append(value("latency", stat))
+    series.bandwidth.append(value(bw, stat))
     hi_stat, lo_stat = BANDS[band] or (None, None)
-    lo, hi = (metric_value(res, "latency", lo_stat), metric_value(res, "latency", hi_stat)) if hi_stat else (None, None)
+    lo, hi = value("latency", lo_stat), value("latency", hi_stat)
     series.latency_band.append((lo, hi) if lo is not None and hi is not None else None)
-    bw_lo, bw_hi = (metric_value(res, bw, hi_stat), metric_value(res, bw, lo_stat)) if hi_stat else (None, None)
+    bw_lo, bw_hi = value(bw, hi_stat), value(bw, lo_stat)
     series.bandwidth_band.append((bw_lo, bw_hi) if bw_lo is not None and bw_hi is not None else None)
+
+
+def band_stats(stat: str, band: str) -> list[str]:
+    """The latency statistics a figure reads: the line's and the band's."""
+    return list(dict.fromkeys([stat, *(BANDS.get(band) or ())]))
 
 
 def explanation(stat: str, band: str, by: str, bw_metric: str) -> str:
     """How the figure's numbers are computed (printed under the figure)."""
-    line = f"line: {stat} latency" + (" (median over runs of each run's value)" if by == "config" else "")
+    line = f"line: {stat} latency" + (" (median over runs of each run's value; diamonds: the newest run)"
+                                      if by == "config" else "")
     if BANDS.get(band) is None:
         spread = "no band"
     elif by == "config":
@@ -127,20 +172,23 @@ def explanation(stat: str, band: str, by: str, bw_metric: str) -> str:
     else:
         spread = "band: " + ("p10..p90 of all samples" if band == "p10-p90" else "fastest..slowest sample")
     factor = " x factor" if bw_metric == "busbw" else ""
-    return (f"{line}; {spread}; {bw_metric} = S{factor} / latency from the same statistics "
+    return (f"{line}; {spread}\n{bw_metric} = S{factor} / latency from the same statistics "
             f"(S and factor as nccl-tests); GB = 1e9 B")
 
 
-def draw(benchmark: str, summary: str, series: list[Series], runs: list[Run], path: str | os.PathLike,
+def draw(benchmark: str, summary: str, series: list[Series], table: Table, path: str | os.PathLike,
          stat: str, band: str, by: str, bw_metric: str) -> Path:
-    """Write one figure: latency (log-log) left, bandwidth right."""
+    """Write one figure: latency (log-log) left, bandwidth right; merged series mark the newest run."""
     from microbench.plotting import line_style, log_value_axis, new_figure, save, size_axis
 
+    rows = benchmark_rows(table, benchmark, stat)
     fig = new_figure(11, 4.6)
     lat_ax, bw_ax = fig.subplots(1, 2)
     for i, s in enumerate(series):
         _curve(lat_ax, s.sizes, s.latency, s.latency_band, line_style(i), s.label)
         _curve(bw_ax, s.sizes, s.bandwidth, s.bandwidth_band, line_style(i), s.label)
+        _newest(lat_ax, s.sizes, s.newest, line_style(i))
+        _newest(bw_ax, s.sizes, s.newest_bandwidth, line_style(i))
     all_sizes = [x for s in series for x in s.sizes]
     for ax in (lat_ax, bw_ax):
         size_axis(ax, all_sizes)
@@ -149,10 +197,14 @@ def draw(benchmark: str, summary: str, series: list[Series], runs: list[Run], pa
     lat_ax.set_ylabel(f"{stat} latency (us)")
     bw_ax.set_ylabel(f"{bw_metric} (GB/s)")
     bw_ax.set_ylim(bottom=0)
-    if len(series) > 1 or series[0].label:
+    if any(s.newest for s in series):
+        newest = newest_run(table, rows)
+        lat_ax.plot([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="none",
+                    markeredgecolor="black", label=f"newest run ({_run_titles([table.runs[newest]])[0]})")
+    if len(series) > 1 or series[0].label or any(s.newest for s in series):
         lat_ax.legend(fontsize=7, loc="upper left")
     ranks = sorted({str(s.key.get("ranks")) for s in series})
-    libs = sorted({mpi_library(r) for r in runs if any(res.get("benchmark") == benchmark for res in r.results)})
+    libs = sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)})
     fig.suptitle(f"{benchmark}: {summary}\n{'/'.join(ranks)} ranks, {', '.join(libs)}", fontsize=10)
     fig.supxlabel(explanation(stat, band, by, bw_metric), fontsize=7)
     return save(fig, path)
@@ -168,3 +220,12 @@ def _curve(ax, sizes, values, bands, style: dict, label) -> None:
     if band:
         bx, (lo, hi) = [x for x, _ in band], zip(*[b for _, b in band])
         ax.fill_between(bx, lo, hi, color=style["color"], alpha=0.18, linewidth=0)
+
+
+def _newest(ax, sizes, values, style: dict) -> None:
+    """The newest run's points over a merged series: open diamonds in the series' colour, no legend entry."""
+    pts = [(x, y) for x, y in zip(sizes, values) if y is not None]
+    if pts:
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, linestyle="none", marker="D", markersize=4, markerfacecolor="none",
+                markeredgecolor=style["color"], markeredgewidth=1.2)

@@ -1,4 +1,5 @@
-"""Every record a run writes is built here: run, result, pairs result, samples and end records.
+"""Every record a run writes is built here: run, result, pairs result, samples and end records, and the
+diagnostics' cycle, soak and bisect records.
 
 Field by field they are described in docs/records.md and checked by the JSON Schema beside this module
 (``schema.json``). Builders take what the run path computed and lay it out; they compute nothing but
@@ -57,6 +58,9 @@ class Figures:
     warmup: int
     huge_page_bytes: int
     wall_s: float
+    budget_estimate_s: float | None = None  #: --time-budget: the per-iteration time the count came from
+    stragglers: dict | None = None  #: microbench.stragglers: slowest/fastest rank, skew, node means
+    check_failures: list | None = None  #: the nodes whose received data was wrong (checked runs)
     overlap: dict | None = None  #: non-blocking benchmarks: overlap_stats.summarize
 
 
@@ -104,7 +108,7 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
 
 def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: int, dtype: DType, in_place: bool,
                   opts: RunOptions, nranks: int, transport: Transport, layout: Layout, cache: str,
-                  pool: PoolPlan | None, loop: LoopFacts, figures: Figures) -> dict:
+                  pool: PoolPlan | None, loop: LoopFacts, figures: Figures, cycle: dict | None = None) -> dict:
     """One measured (benchmark, size, cache pass): latency statistics, bandwidths and the conditions."""
     factor = coll.busbw_factor(nranks)
     s_bytes = coll.algbw_bytes(plan.size_bytes, nranks)
@@ -130,9 +134,12 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
     }
     if plan.size_bytes != requested:
         record["requested_bytes"] = requested
+    if opts.time_budget is not None:
+        record["time_budget"] = {"seconds": opts.time_budget, "per_iteration_s": figures.budget_estimate_s}
     mpi_call = transport.python_backend.call_name(coll.primitive)
     if mpi_call:
         record["mpi_call"] = mpi_call
+    record.update(_diagnostic_fields(figures, cycle))
     if transport.torch_meta:
         record["torch_backend"] = transport.torch_meta["backend"]
     if transport.staged:
@@ -154,7 +161,7 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
 
 def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts: RunOptions, nranks: int,
                  iterations: int, warmup: int, loop: LoopFacts, check: str | None, latency_us: dict,
-                 matrix_fields: dict, wall_s: float) -> dict:
+                 matrix_fields: dict, wall_s: float, cycle: dict | None = None) -> dict:
     """The pairwise link test's result for one metric: its matrix, outliers and their rules
     (``matrix_fields``, from microbench.pairs), with the same core fields as any result."""
     algbw = stats.bandwidth_gbps(plan.size_bytes, latency_us["avg"])
@@ -167,7 +174,7 @@ def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts
         "check": check, "first_call_us": None, "loop": loop.kind, "call_path": loop.call_path,
         "cache": "warm", "sync": "none", "window": opts.window if metric == "bandwidth" else None,
         **matrix_fields,
-        "time_utc": metadata.utc_now(), "wall_s": wall_s,
+        "time_utc": metadata.utc_now(), "wall_s": wall_s, **cycle_fields(cycle),
     }
 
 
@@ -182,3 +189,42 @@ def end_record(run_id: str, status: str, reason: str, results: int) -> dict:
     """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout)."""
     return {"type": "end", "run_id": run_id, "status": status, "reason": reason,
             "time_utc": metadata.utc_now(), "results": results}
+
+
+# ------------------------------------------------------------------------------ diagnostics (docs/diagnostics.md)
+def cycle_fields(cycle: dict | None) -> dict:
+    """What a record of a soak cycle carries: its number (from 1) and when the cycle started."""
+    return {"cycle": cycle["number"], "cycle_started_utc": cycle["started_utc"]} if cycle else {}
+
+
+def _diagnostic_fields(figures: Figures, cycle: dict | None) -> dict:
+    out = cycle_fields(cycle)
+    if figures.stragglers is not None:
+        out["stragglers"] = figures.stragglers
+    if figures.check_failures is not None:
+        out["check_failures"] = figures.check_failures
+    return out
+
+
+def cycle_record(run_id: str, cycle: dict, ended_utc: str, wall_s: float, checked: bool, results: list[dict]) -> dict:
+    """The end of one soak cycle: its span, how many results it wrote, and which of them failed their check."""
+    return {"type": "cycle", "run_id": run_id, "cycle": cycle["number"], "started_utc": cycle["started_utc"],
+            "ended_utc": ended_utc, "wall_s": wall_s, "checked": checked, "results": len(results),
+            "check_failed": [{"benchmark": r["benchmark"], "metric": r.get("metric"), "size_bytes": r["size_bytes"],
+                              "cache": r.get("cache"), "at": [f["label"] for f in r.get("check_failures") or ()]}
+                             for r in results if r.get("check") == "fail"]}
+
+
+def soak_record(run_id: str, cycles: list[int], configurations: list[dict]) -> dict:
+    """A soak run's summary over its finished cycles (microbench.soak.summarise makes ``configurations``)."""
+    return {"type": "soak", "run_id": run_id, "time_utc": metadata.utc_now(), "cycles": cycles,
+            "configurations": configurations}
+
+
+def bisect_record(*, run_id: str, benchmark: str, size_bytes: int, dtype: str, iterations: int, warmup: int,
+                  loop: LoopFacts | None, search: dict, wall_s: float, cycle: dict | None = None) -> dict:
+    """The bisection's path and suspects (``search``, from microbench.bisection), with what each round measured."""
+    return {"type": "bisect", "run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
+            "dtype": dtype, "iterations": iterations, "warmup": warmup,
+            "loop": loop.kind if loop else None, "call_path": loop.call_path if loop else None,
+            **search, "time_utc": metadata.utc_now(), "wall_s": wall_s, **cycle_fields(cycle)}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from microbench.records import schema_path
 
-RECORD_TYPES = ("run", "result", "end", "samples")
+RECORD_TYPES = ("run", "result", "end", "samples", "cycle", "soak", "bisect")
 
 
 @functools.lru_cache(maxsize=1)

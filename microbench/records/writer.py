@@ -109,6 +109,12 @@ class Output:
         if self._samples and records and not self.closed:
             self._samples.write("".join(json_line(r) for r in records))
 
+    def record(self, record: dict) -> None:
+        """Any other record (a soak cycle, the soak summary, a bisection): the JSONL file and the table."""
+        if not self.closed:
+            self._json(record)
+            self._show(record["type"], record)
+
     def note(self, text: str) -> None:
         self._show("note", {"text": text})
 

@@ -5,6 +5,7 @@ into calls), or of a real trace, and what they cost on measured curves.
   microbench workload --model 13B --scheme 3d --tp 8 --pp 4 --dp 2 --microbatches 8 --json
   microbench workload --model 1.3B --scheme tp --tp 8 --seq 512,1024,2048,4096
   microbench workload --trace nccl.log --trace-iterations 10 --results run.jsonl
+  microbench workload --trace rank*.pt.trace.json.gz --trace-iterations 5
   microbench workload --model 13B --scheme zero3 --dp 8 --results run.jsonl --tflops 150 --figure w.png
   (with iallreduce/iallgather/... records in run.jsonl: exposed communication from their measured overlap)
 """
@@ -26,7 +27,7 @@ from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS, Model
 from microbench.workload.overlap_pricing import METHOD as OVERLAP_METHOD
 from microbench.workload.overlap_pricing import apply_overlap, overlap_curves
 from microbench.workload.schemes import build
-from microbench.workload.traces import FORMATS, read_trace
+from microbench.workload.traces import FORMATS, read_traces
 
 
 def _positive_ints(text: str) -> list[int]:
@@ -70,12 +71,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--node-size", type=int, default=8, metavar="K",
                    help="ranks per node, for ZeRO++'s hpZ and qgZ groups (default 8)")
     g = p.add_argument_group("trace (instead of a scheme)")
-    g.add_argument("--trace", metavar="FILE", help="read the messages from a log or trace")
-    g.add_argument("--trace-format", choices=FORMATS, help="the trace's format (detected when not given)")
+    g.add_argument("--trace", nargs="+", metavar="FILE",
+                   help="read the messages from logs or traces (plain or gzip; several: one per rank, or a job's "
+                        "logs, ranks of the same name being the same rank)")
+    g.add_argument("--trace-format", choices=FORMATS, help="the traces' format (detected when not given)")
     g.add_argument("--trace-iterations", type=int, default=1, metavar="N",
                    help="training iterations the trace covers: counts are divided by it (default 1)")
     g.add_argument("--trace-group-size", type=int, metavar="N",
-                   help="group size of the calls of a DeepSpeed log (it records none)")
+                   help="group size of calls whose trace records none (DeepSpeed logs, NCCL profiler events, "
+                        "PyTorch 2.0-era annotations, symmetric-memory ops)")
+    g.add_argument("--trace-partial", action="store_true",
+                   help="read a truncated trace as far as it goes (said in the notes) instead of refusing it")
     g = p.add_argument_group("cost on measured curves")
     g.add_argument("--results", nargs="+", metavar="RUN.jsonl", help="records of microbench run --out")
     g.add_argument("--stat", choices=("p50", "avg"), default="p50", help="latency statistic (default p50)")
@@ -106,8 +112,10 @@ def _check_combinations(args, model: Model | None) -> None:
         raise UsageError("give --model NAME, or --hidden --layers --heads, or --trace FILE")
     if args.trace and args.scheme:
         raise UsageError("--scheme builds a modelled distribution; with --trace the messages come from the trace")
-    if args.trace is None and (args.trace_format or args.trace_group_size or args.trace_iterations != 1):
-        raise UsageError("--trace-format, --trace-iterations and --trace-group-size need --trace FILE")
+    if args.trace is None and (args.trace_format or args.trace_group_size or args.trace_iterations != 1
+                               or args.trace_partial):
+        raise UsageError("--trace-format, --trace-iterations, --trace-group-size and --trace-partial need "
+                         "--trace FILE")
     if args.trace_iterations < 1 or (args.trace_group_size is not None and args.trace_group_size < 1):
         raise UsageError("--trace-iterations and --trace-group-size must be at least 1")
     sweep = args.seq and len(args.seq) > 1
@@ -173,9 +181,9 @@ def _sweep(args, model: Model) -> int:
 
 def _from_trace(args, model: Model | None):
     """The trace's messages, its JSON and table, and its assumptions."""
-    trace = read_trace(args.trace, args.trace_format, args.trace_group_size)
+    trace = read_traces(args.trace, args.trace_format, args.trace_group_size, args.trace_partial)
     messages = trace.messages(args.trace_iterations)
-    assumptions = [f"count is calls per process (the mean over the {len(trace.processes)} process(es) in the file) "
+    assumptions = [f"count is calls per rank (the mean over the {len(trace.ranks)} rank(s) in the trace) "
                    f"divided by --trace-iterations ({args.trace_iterations})", WIRE_RULES, *trace.notes]
     out = {"trace": trace.summary(), "messages": [m.as_json() for m in messages]}
     workload = _workload(args, model) if model else None
@@ -213,7 +221,7 @@ def _cost(args, messages, workload: Workload | None, assumptions: list[str], out
     if args.figure:
         from microbench.workload.figure import plot_weighting
 
-        title = args.trace or f"{workload.model.describe()}, {workload.scheme}"
+        title = ", ".join(args.trace) if args.trace else f"{workload.model.describe()}, {workload.scheme}"
         plot_weighting(args.figure, weighting, curves, title, out.get("compute"))
         lines.append(f"# figure written to {args.figure}")
 

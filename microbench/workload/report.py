@@ -60,16 +60,32 @@ def distribution_lines(dist: Distribution) -> list[str]:
     return lines
 
 
+def _rank_list(per_rank: dict, shown: int = 6) -> str:
+    names = sorted(per_rank)
+    listed = ", ".join(f"{name} {per_rank[name]}" for name in names[:shown])
+    return listed + (f", ... ({len(names) - shown} more)" if len(names) > shown else "")
+
+
 def trace_lines(report: TraceReport, messages: list[Message], iterations: int) -> list[str]:
+    """What the trace held: ranks and their call counts, and every call not in the table, with the reason."""
     s = report.summary()
-    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items())) or "none"
+    spread = s["calls_per_rank"]
     lines = [
-        f"# trace {s['file']} read as {s['format']}: {s['entries']} "
-        f"{'lines' if s['format'] in ('nccl', 'deepspeed') else 'entries'}, {s['calls']} collective calls "
-        f"from {s['processes']} process(es), {s['unreadable']} unreadable",
-        f"# left out: {skipped}",
-        f"# Count: calls per process (mean over the file's processes) divided by --trace-iterations ({iterations})",
+        f"# trace {s['file']} read as {s['format']}: {s['entries']} {s['entries_are']}, {s['calls']} collective "
+        f"calls from {s['ranks']} rank(s), {s['unreadable']} unreadable",
+        f"# calls per rank: min {spread['min']:g}, median {spread['median']:g}, max {spread['max']:g} "
+        f"({_rank_list(s['rank_calls'])})" + (f"; {s['communicator_ranks']} communicator rank(s)"
+                                               if s["communicator_ranks"] else ""),
     ]
+    if s["unattributed_calls"]:
+        lines.append(f"# unattributed: {s['unattributed_calls']} call(s) no rank could be credited with "
+                     "(not in the counts)")
+    if s["uncurved"]:
+        lines.append("# uncurved collectives (no measured curve, not priced), calls: "
+                     + ", ".join(f"{name} {n}" for name, n in s["uncurved"].items()))
+    skipped = ", ".join(f"{n} {why}" for why, n in s["skipped"].items()) or "none"
+    lines += [f"# left out: {skipped}",
+              f"# Count: calls per rank (mean over the trace's ranks) divided by --trace-iterations ({iterations})"]
     return lines + message_table(messages)
 
 

@@ -1,0 +1,98 @@
+"""A history's numbers: runs in time order, one column per configuration, the steps of each column.
+
+Everything ``microbench history`` prints or draws comes from ``History``: the runs ordered by start time,
+the columns (configurations at the sizes asked for), each run's value per column (the median should a
+run hold the configuration twice), and per column the steps ``steps.detect`` finds, each with the
+conditions that changed at the run where it starts (``conditions.changes`` against the run before it
+in that column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from microbench.gate import keys
+from microbench.gate.columns import RunInfo, Table, per_run_medians
+from microbench.gate.conditions import changes
+from microbench.gate.keys import ConfigKey
+from microbench.gate.load import run_label, run_time
+from microbench.gate.metrics import higher_is_better
+from microbench.gate.steps import Step, detect
+from microbench.sizes import format_size
+
+
+@dataclass
+class FoundStep:
+    column: int
+    step: Step
+    run: int  #: position (in History.runs) of the run where the step starts
+    previous: int  #: position of the column's run before it
+    changed: list[str]  #: recorded conditions that differ between those two runs
+    worse: bool  #: a rise in latency, a fall in bandwidth
+
+    @property
+    def explained(self) -> bool:
+        return bool(self.changed)
+
+
+@dataclass
+class History:
+    metric: str
+    stat: str
+    runs: list[RunInfo]  #: by start time
+    columns: list[ConfigKey]
+    labels: list[str]
+    values: dict[tuple[int, ConfigKey], float]  #: (run position, column) -> value
+    steps: list[FoundStep] = field(default_factory=list)
+
+    def points(self, column: int) -> list[int]:
+        """Positions of the runs that have a value in ``column``, in time order."""
+        key = self.columns[column]
+        return [i for i in range(len(self.runs)) if (i, key) in self.values]
+
+    def used_runs(self) -> list[int]:
+        return [i for i in range(len(self.runs)) if any((i, k) in self.values for k in self.columns)]
+
+    def find_steps(self, min_step: float, alpha: float) -> None:
+        worse_up = not higher_is_better(self.metric)
+        for c, key in enumerate(self.columns):
+            at = self.points(c)
+            for step in detect([self.values[(i, key)] for i in at], min_step, alpha):
+                run, previous = at[step.index], at[step.index - 1]
+                self.steps.append(FoundStep(c, step, run, previous,
+                                            changes(self.runs[previous].meta, self.runs[run].meta),
+                                            (step.ratio > 1) == worse_up))
+
+
+def build(table: Table, sizes: list[int], metric: str, stat: str, lookback: int | None = None) -> History:
+    """Runs by start time (the last ``lookback`` days with runs, if given), columns small sizes first."""
+    order = sorted(range(len(table.runs)), key=lambda i: _time_order(table.runs[i]))
+    if lookback:
+        days = sorted({t.date() for t in (run_time(table.runs[i]) for i in order) if t})[-lookback:]
+        order = [i for i in order if run_time(table.runs[i]) and run_time(table.runs[i]).date() in set(days)]
+    position = np.full(len(table.runs), -1, dtype=np.int64)
+    position[order] = np.arange(len(order))
+    values = table.values(metric, stat)
+    rows = np.flatnonzero(table.size_mask(sizes) & np.isfinite(values) & (position[table.run] >= 0))
+    configs, runs, medians = per_run_medians(table.config[rows], position[table.run[rows]], values[rows])
+    cells = {(run, table.configs[config]): value
+             for config, run, value in zip(configs.tolist(), runs.tolist(), medians.tolist())}
+    columns = sorted({table.configs[c] for c in set(configs.tolist())}, key=ConfigKey.sort_key)
+    return History(metric, stat, [table.runs[i] for i in order], columns, column_labels(columns), cells)
+
+
+def _time_order(run: RunInfo) -> tuple:
+    when = run_time(run)
+    return (when is None, when.timestamp() if when else 0, run_label(run))
+
+
+def column_labels(columns: list[ConfigKey]) -> list[str]:
+    """``benchmark size`` plus the options that tell apart columns of the same benchmark and size."""
+    out = []
+    for key in columns:
+        twins = [k for k in columns if (k.benchmark, k.size_bytes) == (key.benchmark, key.size_bytes)]
+        extra = keys.describe_options(key, keys.varying_options(twins)) if len(twins) > 1 else ""
+        out.append(f"{key.benchmark} {format_size(key.size_bytes)}" + (f" {extra}" if extra else ""))
+    return out

@@ -1,0 +1,35 @@
+"""PARAM's basic comms trace (param_bench commsTraceParser "basic"): a JSON list of entries.
+
+A comms entry: ``{"comms": "all_reduce", "in_msg_size": 1024 (elements), "out_msg_size", "dtype": "Float",
+"world_size": 8 or "global_ranks": [...], "req", "pg_id", ...}``; compute entries ``{"compute": ...}`` are
+left out. A basic trace is one rank's (PARAM writes one file per rank), named here by its file name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from microbench.workload.traces.jsonread import elements
+from microbench.workload.traces.report import TraceReport
+from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.torch_calls import add_metadata_call
+
+
+def read_param(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
+    report.unit = "entries"
+    rank = f"the rank of {Path(source.path).name}"
+    for entry in elements(source, "item", report.notes):
+        report.entries += 1
+        if not isinstance(entry, dict):
+            report.unreadable += 1
+        elif "comms" not in entry:
+            if "compute" in entry:
+                report.skipped["compute entry"] += 1
+            else:
+                report.unreadable += 1
+        else:
+            size = entry.get("world_size")
+            if not isinstance(size, int) and isinstance(entry.get("global_ranks"), list):
+                size = len(entry["global_ranks"])
+            size = size if isinstance(size, int) else group
+            add_metadata_call(report, rank, entry["comms"], entry.get("in_msg_size"), entry.get("dtype"), size)

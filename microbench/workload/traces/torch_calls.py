@@ -1,0 +1,140 @@
+"""PyTorch collectives as the profiler, the execution trace and PARAM record them, sized in microbench's terms.
+
+Three records of one call, newest first:
+
+- a ``record_param_comms`` op with the collective's metadata (torch/csrc/profiler/util.cpp saveNcclMeta:
+  "Collective name", "In msg nelems", "dtype", "Group size"; in the execution trace the attributes
+  collective_name, in_msg_nelems, dtype, pg_size). "In msg nelems" is the input: the buffer, each rank's
+  all-gather contribution, the full reduce-scatter input (ProcessGroupNCCL records outputTensor.numel()
+  x size), the whole all-to-all input (divided here by the group size);
+- a ProcessGroup profiling annotation ``nccl:all_reduce`` (``gloo:``, ``ucc:``, ``mpi:``, ``xccl:`` alike)
+  whose inputs are the collective's input tensors, with shapes and element types but no group size: the
+  only record in PyTorch 2.0 and earlier;
+- a symmetric-memory op ``symm_mem::multimem_all_reduce_`` (and its one-shot, two-shot and all-gather
+  kin), recorded as an ordinary op with its input tensor and group name, no group size.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from microbench.workload.traces.names import (
+    NO_DATA,
+    SYMMETRIC_MEMORY_OPS,
+    TORCH_NO_DATA,
+    TORCH_OPS,
+    TORCH_TYPE_BYTES,
+    UNCURVED,
+    letters,
+)
+from microbench.workload.traces.report import TraceReport
+
+#: a ProcessGroup profiling title: backend and op
+ANNOTATION = re.compile(r"(?:nccl|gloo|ucc|mpi|xccl|hccl|cncl|fake):(\w+)$")
+#: GPU kernels of symmetric-memory collectives (reported by name when no sized op is in the trace)
+SYMMETRIC_KERNEL = re.compile(r"(multimem_all_reduce|multimem_one_shot|one_shot_all_reduce|two_shot_all_reduce"
+                              r"|multimem_all_gather|multimem_reduce)\w*")
+NO_GROUP = "all_to_all without a group size (its size is the whole buffer; pass --trace-group-size)"
+
+
+def classify(report: TraceReport, name: str, count: int = 1) -> str | None:
+    """The collective a PyTorch name stands for, or None once why it is not priced is counted."""
+    key = letters(name)
+    if key in TORCH_NO_DATA:
+        report.skipped[NO_DATA] += count
+        return None
+    collective = TORCH_OPS.get(key)
+    if collective is None:
+        report.uncurved[UNCURVED.get(key, name)] += count
+    return collective
+
+
+def add_sized(report: TraceReport, rank: str, collective: str, nbytes: int, group, count: int = 1) -> None:
+    """A call whose input is ``nbytes``; all-to-all input is the whole buffer, so it needs the group size."""
+    group = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
+    if collective == "alltoall":
+        if not group:
+            report.skipped[NO_GROUP] += count
+            return
+        nbytes //= group
+    report.add(rank, collective, nbytes, group, count)
+
+
+def element_bytes(dtype) -> int | None:
+    """Bytes per element of a type name: "Float", "c10::BFloat16", "Tensor(float)", "bfloat16"."""
+    if not isinstance(dtype, str):
+        return None
+    name = dtype.lower()
+    if name.startswith("tensor(") and name.endswith(")"):
+        name = name[7:-1]
+    return TORCH_TYPE_BYTES.get(name)
+
+
+def add_metadata_call(report: TraceReport, rank: str, name, in_elems, dtype, group, count: int = 1) -> None:
+    """A record_param_comms call: its collective name, input elements, element type and group size."""
+    if not isinstance(name, str):
+        report.unreadable += count
+        return
+    collective = classify(report, name, count)
+    if collective is None:
+        return
+    size = element_bytes(dtype)
+    if size is None or not isinstance(in_elems, int) or isinstance(in_elems, bool) or in_elems < 0:
+        report.unreadable += count
+        return
+    add_sized(report, rank, collective, in_elems * size, group, count)
+
+
+def _tensor_type(dtype) -> bool:
+    """Tensor element types are caffe2 TypeMeta names ("float", "c10::Half") or "Tensor(...)"; other
+    arguments carry IValue kinds ("Int", "String", "GenericList")."""
+    return isinstance(dtype, str) and (dtype[:1].islower() or dtype.startswith(("c10::", "Tensor(")))
+
+
+def tensor_bytes(shapes, types) -> int | None:
+    """Bytes of the tensors among an op's inputs (shapes [[1024], [2, 8]], types ["float", "Int"]); None
+    when a tensor's element type is unknown or its shape is not a list of whole numbers."""
+    if not isinstance(shapes, list) or not isinstance(types, list):
+        return None
+    total = 0
+    for shape, dtype in zip(shapes, types):
+        if not _tensor_type(dtype):
+            continue
+        size = element_bytes(dtype)
+        if size is None or not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            return None
+        total += math.prod(shape) * size
+    return total
+
+
+def add_annotation_call(report: TraceReport, rank: str, op: str, shapes, types, group, count: int = 1) -> None:
+    """A ProcessGroup annotation (``nccl:<op>``): its input tensors are the message."""
+    collective = classify(report, op, count)
+    if collective is None:
+        return
+    nbytes = tensor_bytes(shapes, types)
+    if nbytes is None:
+        report.unreadable += count
+        return
+    add_sized(report, rank, collective, nbytes, group, count)
+
+
+def add_symmetric_call(report: TraceReport, rank: str, name: str, shapes, types, group, count: int = 1) -> None:
+    """A ``symm_mem::<op>`` op: the collective it performs, sized by its input tensor."""
+    op = name.split("::", 1)[-1]
+    known = SYMMETRIC_MEMORY_OPS.get(op)
+    if known is None:
+        report.uncurved[f"symm_mem::{op}"] += count
+        return
+    collective, index = known
+    if not isinstance(shapes, list) or not isinstance(types, list) or len(shapes) <= index or len(types) <= index:
+        report.unreadable += count
+        return
+    nbytes = tensor_bytes([shapes[index]], [types[index]])
+    if nbytes is None:
+        report.unreadable += count
+        return
+    report.note("symmetric-memory ops (symm_mem::*) are counted as the collective they perform")
+    add_sized(report, rank, collective, nbytes, group, count)

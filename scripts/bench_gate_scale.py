@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""A year (and ten years) of nightlies: wall time, MB/s and peak memory of check, compare, history, plot.
+
+1. One real run: ``microbench run --np 2 all -m 1:1M`` (or ``--template FILE``, a run you already have).
+2. ``scripts/gate_nightlies.py`` copies it into N nightly directories (``YYYY-MM-DD/nightly.jsonl``), run
+   ids, start times and latencies varied (see that script).
+3. Each verb runs as a fresh process, as a user would start it, over the whole folder:
+
+   - check    ``microbench check DIR --spec scripts/specs/nightly-2rank.toml``
+   - compare  ``microbench compare --baseline DIR --new DIR/<last night>``
+   - history  ``microbench history DIR`` (8 B, every benchmark: 9 series)
+   - plot     ``microbench plot DIR -o OUT`` (one figure per benchmark)
+
+Per verb, twice: ``cold`` with an empty index (every JSONL file decoded, the index written: the first
+night a tool reads a folder) and ``warm`` with the index current (every later night: only a new or
+changed file is decoded). Each: wall seconds (``--repeat`` runs, the median), CPU seconds (user + system, the median: what the
+verb costs when the machine's other tenants take their share of the wall time), MB/s = the folder's JSONL
+bytes / wall seconds, and peak memory = the largest resident set size of the process (``ru_maxrss`` from wait4, MB =
+1e6 B). Targets (issue 23): check, compare, history on one year <= 2 s and <= 300 MB; ten years <= 10 s
+and <= 300 MB. The machine is shared: the script prints the load average before and after.
+
+    python scripts/bench_gate_scale.py --years 1 10 [--template RUN.jsonl] [--work DIR] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SPEC = HERE / "specs" / "nightly-2rank.toml"
+VERBS = ("check", "compare", "history", "plot")
+TARGET_S = {1: 2.0, 10: 10.0}
+TARGET_MB = 300.0
+
+
+def nightlies_module():
+    """scripts/gate_nightlies.py, imported from beside this script."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import gate_nightlies
+
+    return gate_nightlies
+
+
+def real_run(work: Path) -> Path:
+    """One real 2-rank sweep of every benchmark, 1 B to 1 MiB."""
+    out = work / "template.jsonl"
+    if not out.exists():
+        cmd = [sys.executable, "-m", "microbench", "run", "--np", "2", "all", "-m", "1:1M", "--out", str(out)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def build(template: Path, work: Path, years: int) -> Path:
+    """The nightly folder of ``years`` years (reused when it is already there)."""
+    folder = work / f"nightly-{years}y"
+    done = folder / ".complete"
+    if not done.exists():
+        gen = nightlies_module()
+        gen.write_nightlies(template, folder, gen.Plan(nights=365 * years, seed=years))
+        done.write_text("")
+    return folder
+
+
+def validate(folder: Path) -> str:
+    """The first and last night's records checked against microbench/records/schema.json."""
+    try:
+        from microbench.records.validate import file_problems
+    except ImportError:  # pragma: no cover - records without a schema (older microbench)
+        return "not checked (no schema in this microbench)"
+    files = sorted(folder.rglob("*.jsonl"))
+    found = [p for f in (files[0], files[-1]) for p in file_problems(f)]
+    if found:
+        raise SystemExit("generated records do not match the schema:\n" + "\n".join(found[:10]))
+    return f"valid against schema.json ({files[0].parent.name}, {files[-1].parent.name} checked)"
+
+
+def verb_command(verb: str, folder: Path, out: Path) -> list[str]:
+    last = sorted(p for p in folder.iterdir() if p.is_dir())[-1]
+    args = {"check": ["check", str(folder), "--spec", str(SPEC)],
+            "compare": ["compare", "--baseline", str(folder), "--new", str(last)],
+            "history": ["history", str(folder)],
+            "plot": ["plot", str(folder), "-o", str(out / "plots")]}[verb]
+    return [sys.executable, "-m", "microbench", *args]
+
+
+def measure(cmd: list[str], timeout: float, index: Path | None) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS MB, exit status, CPU seconds) of one process; wall inf past ``timeout``.
+    ``index``: the folder of the reader's index (None: the index off)."""
+    env = {**os.environ, "MICROBENCH_INDEX": str(index) if index else "off"}
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = start + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            return float("inf"), usage.ru_maxrss * 1024 / 1e6, -9, usage.ru_utime + usage.ru_stime
+        time.sleep(0.01)
+    wall = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss * 1024 / 1e6, proc.returncode, usage.ru_utime + usage.ru_stime
+
+
+def jsonl_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*.jsonl"))
+
+
+def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: float,
+              states: tuple[str, ...] = ("cold", "warm")) -> list[dict]:
+    """Per verb: ``cold`` (no index: every JSONL file decoded, and the index written), then ``warm``
+    (the index current: the state of every night after the first), ``repeat`` runs each."""
+    size = jsonl_bytes(folder)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        index = Path(tmp) / "index"
+        for verb in verbs:
+            for state in states:
+                walls, peaks, codes, cpus = [], [], [], []
+                for _ in range(repeat):
+                    if state == "cold":
+                        shutil.rmtree(index, ignore_errors=True)
+                    wall, peak, code, cpu = measure(verb_command(verb, folder, Path(tmp)), timeout, index)
+                    walls.append(wall)
+                    peaks.append(peak)
+                    codes.append(code)
+                    cpus.append(cpu)
+                    if wall == float("inf"):
+                        break
+                wall = statistics.median(walls)
+                rows.append({"years": years, "verb": verb, "index": state, "input_mb": size / 1e6, "wall_s": wall,
+                             "cpu_s": statistics.median(cpus),
+                             "mb_per_s": size / 1e6 / wall if wall else None, "peak_mb": max(peaks),
+                             "exit": codes[-1], "repeats": len(walls)})
+                print(table_row(rows[-1]), flush=True)
+    return rows
+
+
+def table_row(row: dict) -> str:
+    wall = "timeout" if row["wall_s"] == float("inf") else f"{row['wall_s']:.2f}"
+    speed = f"{row['mb_per_s']:.0f}" if row["mb_per_s"] and row["wall_s"] != float("inf") else "-"
+    target = TARGET_S.get(row["years"]) if row["verb"] != "plot" else None
+    met = "-" if target is None else ("yes" if row["wall_s"] <= target and row["peak_mb"] <= TARGET_MB else "NO")
+    return (f"{row['years']:>5}  {row['verb']:<8} {row.get('index', '-'):<5} {row['input_mb']:>8.1f} {wall:>8} "
+            f"{row.get('cpu_s', float('nan')):>6.2f} {speed:>7} {row['peak_mb']:>8.0f} {row['exit']:>4}  {met}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--years", type=int, nargs="+", default=[1, 10])
+    ap.add_argument("--verbs", nargs="+", choices=VERBS, default=list(VERBS))
+    ap.add_argument("--template", type=Path, help="a real run's JSONL (default: run one now)")
+    ap.add_argument("--work", type=Path, help="keep the nightlies here (default: a temporary folder)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per verb, the median wall time reported")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds before a verb counts as timed out")
+    ap.add_argument("--states", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
+                    help="index states to measure (cold only for a microbench without the index)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    tmp = None if args.work else tempfile.TemporaryDirectory()
+    work = args.work or Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    template = args.template or real_run(work)
+    print(f"# load average before: {os.getloadavg()[0]:.2f} (2 cores shared)")
+    print("# years  verb     index input_MB   wall_s  cpu_s    MB/s  peak_MB exit  target (<= 2 s/1 y, 10 s/10 y, 300 MB)")
+    rows = []
+    for years in args.years:
+        folder = build(template, work, years)
+        print(f"# {years} year(s): {folder}, records {validate(folder)}", flush=True)
+        rows += run_verbs(folder, years, args.verbs, args.repeat, args.timeout, tuple(args.states))
+    print(f"# load average after: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "load_after": os.getloadavg()[0]}, indent=1))
+    if tmp:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

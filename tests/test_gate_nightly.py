@@ -1,0 +1,162 @@
+"""Nightlies built from one real run (scripts/gate_nightlies.py): reading them at scale, steps in history.
+
+One real 2-rank launch per module is the template; the nightly copies vary run ids, times and latencies
+by known factors, so each test knows where a step starts and what changed with it. Small here (tens of
+nights); the large ones are scripts/bench_gate_scale.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import REPO, microbench
+from fixtures.gate.synth import private_index
+from microbench.cli import main as microbench_main
+from microbench.errors import UsageError
+from microbench.gate.load import load_table
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gate_nightlies as nightlies  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """One real run: allreduce and latency at 8 and 64 B on 2 ranks."""
+    out = tmp_path_factory.mktemp("real") / "run.jsonl"
+    proc = microbench("run", "--np", "2", "allreduce", "latency", "-m", "8,64", "-i", "200", "-x", "20",
+                      "--out", str(out), timeout=180)
+    assert proc.returncode == 0, proc.output
+    return out
+
+
+def nights(template, folder, count, **plan):
+    """``count`` nights under ``folder``, with no noise unless asked (so every step is the plan's)."""
+    plan.setdefault("night_sigma", 0.0)
+    plan.setdefault("record_sigma", 0.01)
+    return nightlies.write_nightlies(template, folder, nightlies.Plan(count, **plan))
+
+
+def run_cli(*args) -> int:
+    return microbench_main([*map(str, args)])
+
+
+# ------------------------------------------------------------------------------------- reading at scale
+def test_a_corrupt_line_mid_year_is_skipped_with_a_note(template, tmp_path, capsys):
+    files = nights(template, tmp_path / "year", 30, night_sigma=0.03)
+    lines = files[14].read_text().splitlines()
+    lines[2] = lines[2][:40]  # a result line cut short, in the middle of a night's file
+    files[14].unlink()
+    files[14] = files[14].with_name("foreign-nightly.jsonl")  # (the suite's schema check skips foreign-*)
+    files[14].write_text("\n".join(lines) + "\n")
+    table = load_table([tmp_path / "year"])
+    assert len(table.runs) == 30
+    assert len(table) == 30 * 4 - 1
+    err = capsys.readouterr().err
+    assert "skipped 1 unreadable line(s)" in err and f"{files[14]}:3" in err
+    assert run_cli("history", tmp_path / "year", "-b", "allreduce") == 0
+
+
+def test_a_newer_schema_file_is_refused_by_name(template, tmp_path, capsys):
+    files = nights(template, tmp_path / "year", 5)
+    lines = files[3].read_text().splitlines()
+    run = json.loads(lines[0])
+    run["schema"] = 99
+    files[3].unlink()
+    files[3] = files[3].with_name("foreign-nightly.jsonl")
+    files[3].write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
+    with pytest.raises(UsageError, match=f"{files[3]}: record schema 99 is newer"):
+        load_table([tmp_path / "year"])
+    assert run_cli("history", tmp_path / "year") == 2
+    assert str(files[3]) in capsys.readouterr().err
+
+
+def test_other_tools_lines_and_other_machines_are_skipped_and_said(template, tmp_path, capsys):
+    folder = tmp_path / "mixed"
+    nights(template, folder, 4)
+    nights(template, folder / "node7", 3, changes={0: {"hosts": ["node7"]}}, start=nightlies.dt.date(2026, 2, 1))
+    (folder / "foreign-imported.jsonl").write_text('{"tool": "osu_latency", "size": 8, "lat_us": 0.2}\n[1, 2]\n')
+    assert run_cli("history", folder, "-b", "latency") == 0
+    err = capsys.readouterr().err
+    assert "skipped 2 line(s) that are not microbench records" in err and "foreign-imported.jsonl" in err
+    assert "the runs span 2 host sets" in err and "--hosts picks one" in err
+    host = json.loads(next(iter(sorted(folder.glob("2026-01-01/*.jsonl")))).read_text().splitlines()[0])["hosts"]
+    assert run_cli("history", folder, "-b", "latency", "--hosts", ",".join(host), "--json") == 0
+    captured = capsys.readouterr()
+    assert "skipped 3 run(s) outside the selection" in captured.err and "on hosts node7" in captured.err
+    assert all(len(s["points"]) == 4 for s in json.loads(captured.out)["series"])
+    assert run_cli("history", folder, "--mpi", "MPICH") == 2
+    assert "within the selection (MPI ~ 'MPICH')" in capsys.readouterr().err
+
+
+def test_the_index_is_used_until_a_file_changes(template, tmp_path, capsys):
+    files = nights(template, tmp_path / "year", 6)
+    first = load_table([tmp_path / "year"])
+    with files[-1].open("a") as f:  # the nightly job appends another run to the last file
+        f.write("".join(json.dumps(r) + "\n" for r in nightlies.night_lines(
+            nightlies.read_template(template), nightlies.Plan(7), 6, nightlies.random.Random(3))))
+    again = load_table([tmp_path / "year"])
+    assert len(again.runs) == len(first.runs) + 1 and len(again) == len(first) + 4
+    np_first, np_again = first.latency["p50"], again.latency["p50"]
+    assert list(np_again[:len(np_first)]) == list(np_first)
+
+
+# ------------------------------------------------------------------------------------ steps in history
+def test_a_step_is_found_where_it_starts_with_what_changed(template, tmp_path, capsys):
+    plan = dict(steps=[nightlies.Step(12, 1.4, ("allreduce",))],
+                changes={12: {"mpi": {"library_version": "Open MPI v5.0.12, package: test"}}})
+    files = nights(template, tmp_path / "nightly", 20, **plan)
+    step_run = json.loads(files[12].read_text().splitlines()[0])["run_id"]
+    assert run_cli("history", tmp_path / "nightly", "-m", "8,64", "--json", "--fail-on-step") == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_label = {s["label"]: s for s in doc["series"]}
+    for name in ("allreduce 8", "allreduce 64"):
+        step, = by_label[name]["steps"]
+        assert step["run_id"] == step_run and step["ratio"] == pytest.approx(1.4, rel=0.05)
+        assert step["worse"] and step["explained"]
+        assert any(c.startswith("MPI: Open MPI v5.0.11") and "-> Open MPI v5.0.12" in c for c in step["changed"])
+    assert by_label["latency 8"]["steps"] == [] and by_label["latency 64"]["steps"] == []
+
+
+def test_an_unexplained_step_for_the_worse_fails_when_asked(template, tmp_path, capsys):
+    nights(template, tmp_path / "nightly", 16, steps=[nightlies.Step(9, 1.25, ("latency",))], night_sigma=0.02)
+    assert run_cli("history", tmp_path / "nightly", "-b", "latency", "-m", "8", "-o", tmp_path / "h.png") == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "step at run" in line)
+    assert "latency 8" in line and "worse" in line and "no recorded condition changed" in line
+    assert "^" in next(row for row in out.splitlines() if row.startswith("2026-01-10"))
+    assert (tmp_path / "h.png").stat().st_size > 10_000
+    assert run_cli("history", tmp_path / "nightly", "-b", "latency", "-m", "8", "--fail-on-step") == 1
+    assert "-> FAIL (--fail-on-step)" in capsys.readouterr().out
+
+
+def test_no_step_in_a_noisy_series_without_one(template, tmp_path, capsys):
+    nights(template, tmp_path / "nightly", 40, night_sigma=0.05, record_sigma=0.03, seed=7)
+    assert run_cli("history", tmp_path / "nightly", "-m", "8,64", "--json", "--fail-on-step") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["steps"] for s in doc["series"]] == [[], [], [], []]
+
+
+def test_compare_with_a_lookback_judges_against_the_days(template, tmp_path, capsys):
+    nights(template, tmp_path / "nightly", 15, night_sigma=0.03, steps=[nightlies.Step(14, 1.5, ("allreduce",))])
+    last = sorted((tmp_path / "nightly").iterdir())[-1]
+    assert run_cli("compare", "--baseline", tmp_path / "nightly", "--new", last, "--lookback", "10", "--json") == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["lookback_days"] == 10 and len(doc["baseline"]["run_ids"]) == 10
+    verdicts = {(r["config"]["benchmark"], r["config"]["size_bytes"]): r["verdict"] for r in doc["rows"]}
+    assert verdicts[("allreduce", 8)] == verdicts[("allreduce", 64)] == "regression"
+    assert {verdicts[("latency", 8)], verdicts[("latency", 64)]} <= {"ok", "noise"}
+    assert all(r["test"] == "days" and r["baseline_days"] == 10 for r in doc["rows"])
+    assert run_cli("compare", "--baseline", tmp_path / "nightly", "--new", last, "--lookback", "10", "--table") == 1
+    out = capsys.readouterr().out
+    geo = next(line for line in out.splitlines() if line.startswith("allreduce") and " .. " in line).split()
+    assert float(geo[geo.index("..") - 2]) == pytest.approx(1.5, rel=0.08) and geo[-1] == "REGRESSION"
