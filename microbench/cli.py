@@ -26,6 +26,7 @@ VERBS = {
     "history": ("microbench.gate.history_cli", "latency over time across many runs"),
     "import": ("microbench.importers.cli", "read OMB and nccl-tests output as microbench records"),
     "plot": ("microbench.plot", "latency and bandwidth figures from results"),
+    "report": ("microbench.htmlreport.cli", "one self-contained HTML page of results, verdicts and history"),
     "info": ("microbench.info", "what this machine, MPI and torch offer"),
 }
 

@@ -33,12 +33,17 @@ def _us(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _gbps(value) -> str:
+    """A bandwidth cell; ``-`` where the record has none (imported logs without a mean latency)."""
+    return "-" if value is None else f"{value:.4f}"
+
+
 def format_result_row(res: dict, extra=()) -> str:
     lat = res.get("latency_us") or {}
     check = {"pass": "pass", "fail": "FAIL", None: "-"}.get(res.get("check"), str(res.get("check")))
     values = [
         res["size_bytes"], _us(lat.get("avg")), _us(lat.get("min")), _us(lat.get("max")), _us(lat.get("p50")),
-        _us(lat.get("p99")), f"{res.get('algbw_gbps', 0):.4f}", f"{res.get('busbw_gbps', 0):.4f}", check,
+        _us(lat.get("p99")), _gbps(res.get("algbw_gbps")), _gbps(res.get("busbw_gbps")), check,
     ]
     for e in extra:
         if e == "cache":

@@ -162,7 +162,8 @@ def _open_records(rc: RunContext, state: faults.RunState, argv: list[str], pairs
 
 def _close_records(rc: RunContext, status: str, reason: str, cycles: soak.Soak) -> None:
     """Rank 0: the soak summary and the run's end record (called once, from whichever thread ends the run)."""
-    cycles.close()
-    rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results)))
-    rc.out.close()
+    with rc.out.lock:  # no result or cycle record slips in between the summary and the end record
+        cycles.close()
+        rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results)))
+        rc.out.close()
 

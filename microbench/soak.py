@@ -66,8 +66,10 @@ class Soak:
                 record = build.cycle_record(self.rc.run_id, cycle_rc.cycle, metadata.utc_now(),
                                             round(time.monotonic() - began, 3), cycle_rc.opts.check,
                                             self.rc.out.results[first_result:])
-                self.rc.out.record(record)
-                self.finished.append(record)
+                with self.rc.out.lock:  # the summary a signal writes sees this cycle in both or in neither
+                    self.rc.out.record(record)
+                    if not self.rc.out.closed:
+                        self.finished.append(record)
             if not self._another(number, start):
                 return failed
 

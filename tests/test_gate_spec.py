@@ -80,7 +80,7 @@ max_latency_us = 3
     outliers, slowest = spec.rules
     assert outliers.benchmarks == ("pairs",)
     assert [(t.metric, t.bound, t.limit) for t in outliers.thresholds] == [("outliers", "max", 0.0)]
-    assert outliers.title() == "pairs all sizes: outliers <= 0 cells"
+    assert outliers.title() == "pairs all sizes: outliers <= 0 flagged"
     assert slowest.filters == {"metric": "latency", "schedule": "serial"}
     assert slowest.title() == "pairs all sizes metric=latency schedule=serial: max latency <= 3 us"
 

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -61,7 +62,12 @@ def json_line(record: dict) -> str:
 
 
 class Output:
-    """The single writer. Only rank 0 creates one; ``table`` receives (kind, record) for the terminal."""
+    """The single writer. Only rank 0 creates one; ``table`` receives (kind, record) for the terminal.
+
+    Thread-safe: the main thread writes results while the signal thread or the watchdog may close the run at
+    any moment. Every write holds ``lock`` (reentrant), and once the end record is written nothing follows it;
+    a caller that must write a record and update its own state as one step (a soak cycle) holds ``lock``
+    around both."""
 
     def __init__(self, jsonl_path: str | None = None, csv_path: str | None = None,
                  table: Callable[[str, dict], None] | None = None, samples_path: str | None = None):
@@ -72,6 +78,7 @@ class Output:
         self._table = table
         self.results: list[dict] = []
         self.closed = False
+        self.lock = threading.RLock()
 
     def _json(self, record: dict) -> None:
         if self._jsonl:
@@ -82,48 +89,60 @@ class Output:
             self._table(kind, record)
 
     def run(self, meta: dict) -> None:
-        self._json(meta)
-        self._show("run", meta)
+        with self.lock:
+            self._json(meta)
+            self._show("run", meta)
 
     def section(self, info: dict) -> None:
         """Start of a benchmark (table header only; not a record)."""
-        self._show("section", info)
+        with self.lock:
+            self._show("section", info)
 
     def result(self, result: dict) -> None:
-        if self.closed:
-            return
-        self.results.append(result)
-        self._json(result)
-        if self._csv:
-            buf = io.StringIO()
-            writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-            if not self._csv_header_done:
-                writer.writeheader()
-                self._csv_header_done = True
-            writer.writerow(flatten(result))
-            self._csv.write(buf.getvalue())
-        self._show("result", result)
+        with self.lock:
+            if self.closed:
+                return
+            self.results.append(result)
+            self._json(result)
+            if self._csv:
+                buf = io.StringIO()
+                writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+                if not self._csv_header_done:
+                    writer.writeheader()
+                    self._csv_header_done = True
+                writer.writerow(flatten(result))
+                self._csv.write(buf.getvalue())
+            self._show("result", result)
 
     def samples(self, records: list[dict]) -> None:
         """Raw per-iteration samples (``--samples``), one record per rank, in one write."""
-        if self._samples and records and not self.closed:
-            self._samples.write("".join(json_line(r) for r in records))
+        with self.lock:
+            if self._samples and records and not self.closed:
+                self._samples.write("".join(json_line(r) for r in records))
 
     def record(self, record: dict) -> None:
         """Any other record (a soak cycle, the soak summary, a bisection): the JSONL file and the table."""
-        if not self.closed:
-            self._json(record)
-            self._show(record["type"], record)
+        with self.lock:
+            if not self.closed:
+                self._json(record)
+                self._show(record["type"], record)
 
     def note(self, text: str) -> None:
-        self._show("note", {"text": text})
+        with self.lock:
+            self._show("note", {"text": text})
 
     def end(self, record: dict) -> None:
-        self._json(record)
-        self._show("end", record)
+        """The run's last record: nothing is written after it."""
+        with self.lock:
+            if self.closed:
+                return
+            self._json(record)
+            self._show("end", record)
+            self.closed = True
 
     def close(self) -> None:
-        self.closed = True
-        for f in (self._jsonl, self._csv, self._samples):
-            if f:
-                f.close()
+        with self.lock:
+            self.closed = True
+            for f in (self._jsonl, self._csv, self._samples):
+                if f:
+                    f.close()
