@@ -72,6 +72,11 @@ def sum_of(reducer, value: int) -> int:
     return int(reducer.allreduce(np.array([value], dtype=np.int64), "sum")[0])
 
 
+def mean_of(reducer, value: float) -> float:
+    """The mean of a float ``value`` over all ranks."""
+    return float(reducer.allreduce(np.array([value], dtype=np.float64), "sum")[0]) / reducer.size
+
+
 def any_rank(reducer, flag: bool) -> bool:
     """Whether ``flag`` is true on at least one rank."""
     return bool(reducer.allreduce(np.array([int(flag)], dtype=np.int64), "max")[0])

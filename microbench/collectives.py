@@ -10,12 +10,13 @@ adding one. Definitions (docs/definitions.md):
 - algbw = S / t, with S from ``algbw_bytes`` (nccl-tests' S: the total for allgather and alltoall);
   busbw = algbw x ``busbw_factor(n)``, written out in ``busbw_formula``; t the per-iteration latency.
 - latency per iteration: the call's time; half the round trip for ``latency``; the window's time
-  divided by the window for ``bw`` and ``bibw``.
+  divided by the window for ``bw`` and ``bibw``; for the non-blocking benchmarks (``nonblocking``) post and
+  wait back to back (t_pure), their overlap with compute in the record's ``overlap`` (docs/overlap.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -107,6 +108,9 @@ class Collective:
     io_counts: Callable[[int, int], tuple[int, int]] | None = None
     #: the benchmark has a root rank (--root)
     rooted: bool = False
+    #: a non-blocking collective: ``build`` returns a backends.nonblocking.NonBlocking and each size also
+    #: measures its overlap with compute (microbench.overlap)
+    nonblocking: bool = False
 
     def check_max_value(self, op: str, nranks: int) -> int:
         """Largest value a checked iteration writes (the dtype must hold it exactly)."""
@@ -232,8 +236,29 @@ BIBW = Collective(
     per_iteration=lambda window: window,
 )
 
+
+def _nonblocking(blocking: Collective, call: str, build: Callable) -> Collective:
+    """The non-blocking twin of a collective: same buffers, sizes and check data; primitive i<primitive>."""
+    return replace(blocking, name="i" + blocking.name, primitive="i" + blocking.primitive, build=build,
+                   summary=f"{call}(async_op=True): posted, overlapped with compute, waited; t_pure and its "
+                           f"overlap (OMB's and IMB's definitions)",
+                   nonblocking=True)
+
+
+IALLREDUCE = _nonblocking(ALLREDUCE, "MPI_Iallreduce / all_reduce",
+                          lambda be, b, c: be.iallreduce(_send_unless_in_place(b, c), b.recv, c.op))
+IREDUCE = _nonblocking(REDUCE, "MPI_Ireduce / reduce",
+                       lambda be, b, c: be.ireduce(_send_unless_in_place(b, c), b.recv, c.op, c.root))
+IALLGATHER = _nonblocking(ALLGATHER, "MPI_Iallgather / all_gather",
+                          lambda be, b, c: be.iallgather(_send_unless_in_place(b, c), b.recv))
+IREDUCE_SCATTER = _nonblocking(REDUCE_SCATTER, "MPI_Ireduce_scatter_block / reduce_scatter",
+                               lambda be, b, c: be.ireduce_scatter(_send_unless_in_place(b, c), b.recv, c.op))
+IBROADCAST = _nonblocking(BROADCAST, "MPI_Ibcast / broadcast", lambda be, b, c: be.ibroadcast(b.send, c.root))
+IALLTOALL = _nonblocking(ALLTOALL, "MPI_Ialltoall / all_to_all", lambda be, b, c: be.ialltoall(b.send, b.recv))
+
 COLLECTIVES: dict[str, Collective] = {
-    c.name: c for c in (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, LATENCY, BW, REDUCE, ALLTOALL, BIBW)
+    c.name: c for c in (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, LATENCY, BW, REDUCE, ALLTOALL, BIBW,
+                        IALLREDUCE, IALLGATHER, IREDUCE_SCATTER, IBROADCAST, IREDUCE, IALLTOALL)
 }
 
 #: What ``microbench run`` with no benchmark list runs (the six core benchmarks).

@@ -35,6 +35,7 @@ class Measurement:
     check_errors: int | None  #: mismatched elements over all checked iterations (None: not checked)
     #: --time-budget: the slowest rank's per-iteration time (s) the iteration count was chosen from
     budget_estimate_s: float | None = None
+    overlap: object | None = None  #: non-blocking benchmarks: the overlapped iterations (overlap.OverlapMeasurement)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from microbench.loops import GraphDetails, LaunchFacts, LoopBase
+from microbench.loops import OVERLAP_PARTS, GraphDetails, LaunchFacts, LoopBase, OverlapWork
 
 GRAPH_ITERATIONS = 100  #: most iterations captured in one graph
 MIN_REPLAYS = 10  #: fewest replays (samples) a graph-timed size gets, for its percentiles
@@ -61,6 +61,46 @@ class CudaEventLoop(LoopBase):
         durations = _ns([events[i].elapsed_time(events[i + 1]) for i in range(iters)])
         self.launch = LaunchFacts(host_ns / iters / 1e3, float(durations.mean()) / 1e3)
         return durations
+
+    def time_compute(self, kernel, units: int, chunks: int, reps: int) -> np.ndarray:
+        return kernel.time_events(units, chunks, reps)
+
+    def run_overlap(self, calls, iters: int, work: OverlapWork, start: int = 0, barrier=None,
+                    flush=None) -> np.ndarray:
+        """Overlapped iterations on CUDA: the collective on its stream (async_op=True), the GEMMs on the
+        current stream. overall (post to the end of the wait), compute (to the last GEMM) and wait are GPU
+        times between events on the current stream; post and test are host times (ns, OVERLAP_PARTS)."""
+        Event, clock = self.torch.cuda.Event, time.perf_counter_ns
+        marks = []
+        self.torch.cuda.synchronize()
+        for i in range(iters):
+            post, test, wait = calls[(start + i) % len(calls)].parts()
+            if flush is not None:
+                flush(i)
+            if barrier is not None:
+                barrier()
+            events = [Event(enable_timing=True) for _ in range(3)]
+            events[0].record()
+            t0 = clock()
+            handle = post()
+            t1 = clock()
+            tested = 0
+            for _ in range(work.chunks):
+                work.kernel.compute(work.units)
+                if work.tests:
+                    a = clock()
+                    test(handle)
+                    tested += clock() - a
+            events[1].record()
+            wait(handle)
+            events[2].record()
+            marks.append((events, t1 - t0, tested))
+        self.torch.cuda.synchronize()
+        out = np.zeros((iters, len(OVERLAP_PARTS)), dtype=np.int64)
+        for i, (e, post_ns, test_ns) in enumerate(marks):
+            out[i] = (round(e[0].elapsed_time(e[2]) * 1e6), post_ns, round(e[0].elapsed_time(e[1]) * 1e6), test_ns,
+                      round(e[1].elapsed_time(e[2]) * 1e6))
+        return out
 
     def paired(self, iters: int, call_for: Callable[[int], Callable[[], None]], barrier=None, flush=None,
                divide: int = 1) -> np.ndarray:

@@ -8,6 +8,11 @@ through ``TimedLoop``.
 Timing: in the lean loop one clock read separates consecutive iterations, so iteration i's time is
 t[i+1] - t[i] and nothing else runs between calls. With a barrier or a cache flush before each
 iteration (``--sync barrier``, ``--flush``) both ends of each call are read around it.
+
+Non-blocking collectives: ``run`` times post + wait back to back (t_pure); ``run_overlap`` times each part of
+the overlapped iteration apart (post, compute in chunks with a completion test after each, wait), as
+``OVERLAP_PARTS`` in ns; ``time_compute`` times the compute alone through the same path, for its
+calibration (microbench.overlap).
 """
 
 from __future__ import annotations
@@ -20,6 +25,19 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 _STAMP_PREFILL = 1 << 40  #: stand-in stamps of the same int size as perf_counter_ns values
+#: the columns of ``run_overlap``: post to end of wait; post; compute (tests taken out); tests; wait
+OVERLAP_PARTS = ("overall", "post", "compute", "test", "wait")
+
+
+@dataclass(frozen=True)
+class OverlapWork:
+    """The compute of an overlapped iteration: ``chunks`` runs of ``units`` units of ``kernel``, each
+    followed by a completion test when ``tests`` is set (--num-tests K: K chunks, K tests)."""
+
+    kernel: Any  #: compute_kernels.HostKernel (or the CUDA GEMM), with compute(units)
+    units: int
+    chunks: int
+    tests: bool
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,17 @@ class TimedLoop(Protocol):
             flush: Callable[[int], None] | None = None) -> np.ndarray:
         """``iters`` iterations, iteration i on call ``(start + i) % ncalls``; each one's duration in ns."""
 
+    def run_overlap(self, prepared: Any, iters: int, work: OverlapWork, start: int = 0,
+                    barrier: Callable[[], None] | None = None, flush: Callable[[int], None] | None = None
+                    ) -> np.ndarray:
+        """Non-blocking calls only: ``iters`` overlapped iterations, (iters, 5) durations in ns (OVERLAP_PARTS)."""
+
+    def time_compute(self, kernel: Any, units: int, chunks: int, reps: int) -> np.ndarray:
+        """``reps`` runs of the compute alone (``chunks`` x ``units`` units), as this loop calls it (ns each)."""
+
+    def kernel_library(self) -> Any:
+        """The ctypes library the host compute kernels run from in this loop."""
+
     def label(self) -> str:
         """The loop as the table header names it."""
 
@@ -100,6 +129,14 @@ class LoopBase:
 
     def begin_timed(self, prepared: Any, iterations: int, start: int, each: bool) -> None:
         return None
+
+    def kernel_library(self) -> Any:
+        from microbench.compute_kernels import standalone_library
+
+        return standalone_library()
+
+    def time_compute(self, kernel: Any, units: int, chunks: int, reps: int) -> np.ndarray:
+        return kernel.time_from_python(units, chunks, reps)
 
     def label(self) -> str:
         names = {"shim": "python (calls through microbench's C shim)", "mpi4py": "python (calls through mpi4py)"}
@@ -173,3 +210,39 @@ class PythonLoop(LoopBase):
                 call()
                 stamps[i] = clock()
         return np.diff(np.asarray(stamps, dtype=np.int64))
+
+    def parts(self, prepared: list) -> list:
+        """(post, test, wait) of each non-blocking call (backends.nonblocking.NonBlocking)."""
+        return [call.parts() for call in prepared]
+
+    def run_overlap(self, prepared: list, iters: int, work: OverlapWork, start: int = 0, barrier=None,
+                    flush=None) -> np.ndarray:
+        return overlapped_parts(self.parts(prepared), iters, work, start, barrier, flush)
+
+
+def overlapped_parts(parts: Sequence, iters: int, work: OverlapWork, start: int, barrier, flush) -> np.ndarray:
+    """The Python loop's overlapped iterations over (post, test, wait) triples: (iters, 5) ns, OVERLAP_PARTS."""
+    clock = time.perf_counter_ns
+    out = np.zeros((max(iters, 0), len(OVERLAP_PARTS)), dtype=np.int64)
+    compute, units, chunks, tests = work.kernel.compute, work.units, work.chunks, work.tests
+    for i in range(iters):
+        post, test, wait = parts[(start + i) % len(parts)]
+        if flush is not None:
+            flush(i)
+        if barrier is not None:
+            barrier()
+        t0 = clock()
+        handle = post()
+        t1 = clock()
+        tested = 0
+        for _ in range(chunks):
+            compute(units)
+            if tests:
+                a = clock()
+                test(handle)
+                tested += clock() - a
+        t2 = clock()
+        wait(handle)
+        t3 = clock()
+        out[i] = (t3 - t0, t1 - t0, t2 - t1 - tested, tested, t3 - t2)
+    return out

@@ -58,6 +58,10 @@ class RunOptions:
     cuda_graph: bool = False
     gpus_per_node: int | None = None
     reduce_scatter_call: str = "block"  #: MPI: block (MPI_Reduce_scatter_block) or vector (MPI_Reduce_scatter)
+    compute_ratio: float | None = None  #: non-blocking: compute R x t_pure (default 1 when --compute-us is not given)
+    compute_us: float | None = None  #: non-blocking: compute this many us at every size
+    num_tests: int = 0  #: non-blocking: completion tests spread through the compute
+    kernel: str = "flops"  #: non-blocking: flops | stream | gemm (--kernel auto: gemm for torch on CUDA, else flops)
     # diagnostics (docs/diagnostics.md): bisection, soak cycles, straggler columns
     bisect: bool = False  #: run the bisection (microbench run bisect)
     bisect_benchmark: str = "allreduce"  #: the collective bisection measures
@@ -98,7 +102,7 @@ class RunOptions:
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
                    gpus_per_node=args.gpus_per_node, reduce_scatter_call=args.reduce_scatter_call,
-                   **_diagnostic_options(args, BISECT_NAME in named))
+                   **_diagnostic_options(args, BISECT_NAME in named), **_overlap_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -116,6 +120,10 @@ def _workload_sizes(args) -> dict[str, list[int]] | None:
     by_benchmark = sizes_for_benchmarks(args.sizes_from)
     if not args.benchmarks:
         args.benchmarks = [b for b in COLLECTIVES if b in by_benchmark]
+    for name in args.benchmarks:  # a non-blocking benchmark measures its blocking twin's sizes
+        key = name.lower().replace("-", "_")
+        if key in COLLECTIVES and COLLECTIVES[key].nonblocking and key[1:] in by_benchmark:
+            by_benchmark.setdefault(key, by_benchmark[key[1:]])
     missing = [b for b in args.benchmarks if b not in by_benchmark and b not in (PAIRS_NAME, BISECT_NAME)]
     if missing:
         raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")
@@ -187,6 +195,33 @@ def _check_values(args, benchmarks: list[str]) -> None:
         raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
     if args.timeout < 0:
         raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
+
+
+def _overlap_options(args, benchmarks: list[str]) -> dict:
+    """--compute-ratio, --compute-us, --num-tests and --kernel, checked (they apply to non-blocking benchmarks)."""
+    given = [f for f, v in (("--compute-ratio", args.compute_ratio), ("--compute-us", args.compute_us),
+                            ("--num-tests", args.num_tests or None), ("--kernel", args.kernel)) if v is not None]
+    if given and not any(COLLECTIVES[b].nonblocking for b in benchmarks):
+        raise UsageError(f"{given[0]} applies to the non-blocking benchmarks "
+                         f"({', '.join(c.name for c in COLLECTIVES.values() if c.nonblocking)})")
+    if args.compute_ratio is not None and args.compute_us is not None:
+        raise UsageError("--compute-ratio and --compute-us both set the compute time; give one")
+    for flag, value in (("--compute-ratio", args.compute_ratio), ("--compute-us", args.compute_us)):
+        if value is not None and not value >= 0:
+            raise UsageError(f"{flag} must be 0 or more (got {value})")
+    if args.num_tests < 0:
+        raise UsageError(f"--num-tests must be 0 or more (got {args.num_tests})")
+    cuda_torch = args.backend == "torch" and args.device == "cuda"
+    kernel = args.kernel if args.kernel not in (None, "auto") else ("gemm" if cuda_torch else "flops")
+    if kernel == "gemm" and not cuda_torch:
+        raise UsageError("--kernel gemm runs on the GPU: it needs --backend torch --device cuda")
+    if kernel in ("flops", "stream") and cuda_torch:
+        raise UsageError(f"--kernel {kernel} is a host kernel; torch on CUDA overlaps with a GEMM (--kernel gemm)")
+    if args.cuda_graph and any(COLLECTIVES[b].nonblocking for b in benchmarks):
+        raise UsageError("--cuda-graph cannot capture the non-blocking benchmarks (their completion is tested "
+                         "from the host)")
+    ratio = args.compute_ratio if args.compute_ratio is not None else (None if args.compute_us is not None else 1.0)
+    return {"compute_ratio": ratio, "compute_us": args.compute_us, "num_tests": args.num_tests, "kernel": kernel}
 
 
 def _resolve_buffer(args) -> str:

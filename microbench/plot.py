@@ -4,7 +4,8 @@ Left: latency against message size (log-log), the line a latency statistic (p50 
 its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algbw) = S x factor /
 latency from the same statistics. --by config merges the runs of each configuration: the line is then
 the median over runs and the band the spread over runs. Results of the pairwise link test (``run
-pairs``) become heatmaps, one per matrix, with outlier cells marked. PNG, and SVG with --svg. Results of
+pairs``) become heatmaps, one per matrix, with outlier cells marked. A non-blocking benchmark (iallreduce,
+...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap). PNG, and SVG with --svg. Results of
 benchmarks this command cannot draw are skipped with a note.
 """
 
@@ -48,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from microbench.collectives import COLLECTIVES
     from microbench.gate.load import benchmark_names, load_table
-    from microbench.plotting import curves
+    from microbench.plotting import curves, overlap
+    from microbench.records import read_runs
 
     wanted = benchmark_names(args.benchmark)
     table = load_table(args.results, stats=curves.band_stats(args.stat, args.band),
@@ -60,6 +62,7 @@ def main(args) -> int:
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
     written = []
+    runs = None  #: the runs' records, read when a non-blocking benchmark's overlap is drawn
     for name in names:
         by = curves.resolve_by(args.by, len(table.used_runs(curves.benchmark_rows(table, name, args.stat))))
         series = curves.build_series(table, name, args.stat, args.band, by, args.bw)
@@ -69,6 +72,10 @@ def main(args) -> int:
         for suffix in (".png", ".svg") if args.svg else (".png",):
             written.append(curves.draw(name, COLLECTIVES[name].summary, series, table, out_dir / f"{name}{suffix}",
                                        args.stat, args.band, by, args.bw))
+            if COLLECTIVES[name].nonblocking:  # and its overlap against size (from the records themselves)
+                runs = runs if runs is not None else read_runs(args.results)
+                written += filter(None, [overlap.draw(name, COLLECTIVES[name].summary, runs,
+                                                      out_dir / f"{name}-overlap{suffix}")])
     if wanted is None or PAIRS in wanted:
         written += draw_pairs(table, out_dir, args.svg)
     if not written:

@@ -152,6 +152,19 @@ def check_writable(opts: RunOptions) -> None:
             raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
 
 
+def check_nonblocking(coll: Collective, transport) -> None:
+    """A non-blocking benchmark needs its primitive in the backend, and calls that are not staged through the
+    host (the staged copies wrap blocking calls)."""
+    if not coll.nonblocking:
+        return
+    backend = transport.python_backend
+    if not hasattr(backend, coll.primitive):
+        raise UsageError(f"{coll.name}: the {backend.name} backend has no non-blocking {coll.primitive[1:]}")
+    if transport.staged:
+        raise UsageError(f"{coll.name}: device buffers staged through the host (--stage-host) cannot overlap; "
+                         f"use a CUDA-aware MPI")
+
+
 def check_run(opts: RunOptions, world, layout, transport) -> None:
     """Collective: every check that needs the ranks, their hosts or the transport; raises on every rank."""
     error = None
@@ -165,6 +178,7 @@ def check_run(opts: RunOptions, world, layout, transport) -> None:
             check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
         for name in opts.benchmarks:
             coll = COLLECTIVES[name]
+            check_nonblocking(coll, transport)
             why = transport.backend.check_dtype(dtype_for(opts, coll), coll.reduces, opts.op)
             if why:
                 raise UsageError(f"{name}: {why}")

@@ -7,6 +7,7 @@ import shutil
 import sys
 from typing import TextIO
 
+from microbench import overlap_stats
 from microbench.diagnostics_report import DIAGNOSTIC_LINES
 
 COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "AlgBW(GB/s)", "BusBW(GB/s)", "Check")
@@ -164,12 +165,12 @@ class Table:
             for line in rec.get("lines", ()):
                 self._print(f"# {line}")
             self.extra = tuple(rec.get("extra_columns", ()))
-            self._print(format_header(self.extra))
+            self._print(overlap_stats.header() if rec.get("table") == "overlap" else format_header(self.extra))
         elif kind == "result" and rec.get("benchmark") == "pairs":
             for line in format_pairs(rec):
                 self._print(line)
         elif kind == "result":
-            self._print(format_result_row(rec, self.extra))
+            self._print(overlap_stats.row(rec) if rec.get("overlap") else format_result_row(rec, self.extra))
         elif kind in DIAGNOSTIC_LINES:
             for line in DIAGNOSTIC_LINES[kind](rec):
                 self._print(line)
@@ -246,4 +247,5 @@ def section_lines(coll, dtype, opts, transport, nranks: int, nhosts: int, in_pla
     return [", ".join(what),
             f"loop {transport.loop.label()}, {cache}, sync {opts.sync}, check {'on' if opts.check else 'off'}, {counts}",
             "latency: avg/min/max across ranks of per-rank means; P50/P99 of all samples; "
-            f"algbw = S / avg, busbw = algbw x {coll.busbw_formula}"]
+            f"algbw = S / avg, busbw = algbw x {coll.busbw_formula}",
+            *(overlap_stats.section_lines(opts) if coll.nonblocking else ())]

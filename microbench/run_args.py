@@ -1,7 +1,9 @@
 """Measure benchmarks over a message-size sweep (OMB-style options).
 
 Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
-reduce, alltoall, bibw; 'all' runs every one. 'pairs' is the pairwise link test: latency and bandwidth
+reduce, alltoall, bibw, and the non-blocking iallreduce, iallgather, ireduce_scatter, ibroadcast, ireduce,
+ialltoall (t_pure and its overlap with compute, docs/overlap.md); 'all' runs every one. 'pairs' is the
+pairwise link test: latency and bandwidth
 between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. 'bisect' finds
 the node that slows a collective in O(log N) rounds (docs/diagnostics.md). Under mpiexec,
 srun or torchrun the ranks the launcher started are used; alone, --np N starts N local ranks with the
@@ -24,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``microbench run``, in groups as ``--help`` shows them."""
     _add_sweep(p)
     _add_measured(p)
+    _add_overlap(p)
     _add_cache(p)
     _add_transport(p)
     g = p.add_argument_group("faults")
@@ -37,8 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("benchmarks", nargs="*", metavar="BENCH",
                    help="benchmarks to run (default: allreduce allgather reduce_scatter broadcast latency bw; "
-                        "'all' adds reduce, alltoall, bibw); 'pairs' is the pairwise link test, 'bisect' the "
-                        "search for a slow node")
+                        "'all' adds reduce, alltoall, bibw and the non-blocking i<name> ones); 'pairs' is the "
+                        "pairwise link test, 'bisect' the search for a slow node")
     g = p.add_argument_group("sweep")
     g.add_argument("-m", "--sizes", metavar="SIZES",
                    help="message sizes: MIN:MAX doubling, K/M/G suffixes (powers of 2), comma lists; "
@@ -77,6 +80,20 @@ def _add_measured(p: argparse.ArgumentParser) -> None:
                         "malloc), on (madvise), off (never); recorded with results (default system)")
     g.add_argument("--serial", action="store_true",
                    help="pairs: measure one pair at a time instead of N/2 disjoint pairs per round")
+
+
+def _add_overlap(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("non-blocking benchmarks (overlap with compute, docs/overlap.md)")
+    g.add_argument("--compute-ratio", type=float, metavar="R",
+                   help="compute for R x t_pure (the mean across ranks of post + wait back to back) between post "
+                        "and wait (default 1, as OMB)")
+    g.add_argument("--compute-us", type=float, metavar="T", help="compute for T microseconds at every size instead")
+    g.add_argument("--num-tests", type=int, default=0, metavar="K",
+                   help="spread K completion tests (MPI_Test, is_completed()) through the compute, timed apart "
+                        "(default 0)")
+    g.add_argument("--kernel", choices=("auto", "flops", "stream", "gemm"),
+                   help="the compute: flops (compute-bound, in registers), stream (memory-bandwidth-bound triad "
+                        "over twice the LLC), gemm (torch on CUDA); auto: gemm for torch on CUDA, else flops")
 
 
 def _add_cache(p: argparse.ArgumentParser) -> None:

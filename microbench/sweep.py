@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from microbench import agree, engine, stats, stragglers
+from microbench import agree, engine, overlap, overlap_stats, stats, stragglers
 from microbench.cache import PoolPlan, plan_pool, touched_slots
 from microbench.collectives import POISON, Collective, Context, pair_of, participates
 from microbench.dtypes import DType
@@ -52,7 +52,8 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
         extra = (["cache"] if o.cache != "warm" else []) + (["first"] if o.first_call_samples > 1 else [])
         extra += list(STRAGGLER_COLUMNS) if o.straggler_columns else []
         lines = section_lines(coll, dtype, o, rc.transport, rc.nranks, len(rc.layout.ranks_per_host), ctx.in_place)
-        rc.out.section({"benchmark": coll.name, "summary": coll.summary, "lines": lines, "extra_columns": extra})
+        rc.out.section({"benchmark": coll.name, "summary": coll.summary, "lines": lines, "extra_columns": extra,
+                        "table": "overlap" if coll.nonblocking else "latency"})
     failed, skipped, rounded, measured = [], [], [], set()
     for size in o.sizes_for(coll.name):
         plan = plan_size(coll, size, rc.nranks, dtype, ctx.in_place)
@@ -143,6 +144,8 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
     copies = {"push": pool.push, "pull": pool.pull} if pool.copies else {}
     m = engine.measure(coll, job.ctx, pool.slots, calls, loop, settings, backend.barrier(),
                        lambda v: agree.max_of(rc.reducer, v), job.timing, hooks=hooks, **copies)
+    if coll.nonblocking:
+        m.overlap = _measure_overlap(rc, job, pool, calls, loop, settings, m, backend.barrier(), copies)
     facts = build.LoopFacts.of(loop)  # before time_fresh_calls runs the loop again
     first_extra = []
     if first_call and rc.opts.first_call_samples > 1:
@@ -156,6 +159,17 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
                                "uses": (1 if first_call else 0) + m.warmup + m.iterations,
                                "touched": touched_slots(pool.slots, POISON)})
     return m, facts, first_extra, pool.huge_page_bytes()
+
+
+def _measure_overlap(rc: RunContext, job: SizeJob, pool, calls, loop, settings: engine.LoopSettings,
+                     m: engine.Measurement, barrier, copies: dict) -> overlap.OverlapMeasurement:
+    """Non-blocking benchmarks: the overlapped iterations after t_pure (their check errors join the size's)."""
+    result = overlap.measure(job.coll, job.ctx, pool.slots, calls, loop, settings, overlap.OverlapPlan.of(rc.opts),
+                             m.samples_us if m.samples_us is not None else [], m.iterations, barrier,
+                             lambda v: agree.mean_of(rc.reducer, v), rc.transport.cache_bytes, **copies)
+    if result.check_errors is not None:
+        m.check_errors = (m.check_errors or 0) + result.check_errors
+    return result
 
 
 def _fresh_call(rc: RunContext, job: SizeJob):
@@ -179,10 +193,13 @@ def _summarise(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra:
         check = "pass" if agree.sum_of(rc.reducer, m.check_errors) == 0 else "fail"
     huge_total = agree.sum_of(rc.reducer, huge or 0)
     ranks, failures = stragglers.summarize(rc.nodes, rc.layout.hosts_by_rank, m.samples_us, m.check_errors)
+    overlap_figures = overlap_stats.summarize(m.overlap, rc.reducer, overlap.OverlapPlan.of(rc.opts)) \
+        if job.coll.nonblocking else None
     if rc.rank != 0:
         return None
     return build.Figures(latency, first, check, m.iterations, m.warmup, huge_total,
-                         round(time.perf_counter() - started, 4), m.budget_estimate_s, ranks, failures)
+                         round(time.perf_counter() - started, 4), m.budget_estimate_s, ranks, failures,
+                         overlap=overlap_figures)
 
 
 def _write_samples(rc: RunContext, job: SizeJob, mode: str, m: engine.Measurement) -> None:

@@ -28,11 +28,13 @@ median over launches.
 
 Then, to show the loops' own cost without the launch-to-launch noise, it runs
 scripts/native_reference/same_launch.py ``--same-launch`` times: the C reference's loop (reference.c built
-as a shared object) and microbench's native and Python loops alternating in blocks inside one launch;
+as a shared object) and microbench's native and Python loops alternating in blocks inside one launch
+(latency, allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait, the t_pure of the non-blocking benchmarks);
 the figure per launch is the mean over blocks of the ratio within a block, and the report gives the
 median over launches.
 
     python scripts/bench_overhead.py --launches 21 [--same-launch 9] [--json out.json]
+    python scripts/bench_overhead.py --launches 0 --sweep-launches 0 --same-launch 9   # the same-launch part only
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ VARIANTS = {"native": ("latency", "allreduce"), "python": ("latency", "allreduce
             "python-mpi4py": ("latency", "allreduce"), "ctypes-loop": ("latency", "allreduce"),
             "mpi4py-bench": ("latency",), "mpi4py-loop": ("allreduce",), "c-again": ("latency", "allreduce")}
 #: microbench variant -> (--loop, the call_path its records must carry)
+SAME_LAUNCH_BENCHMARKS = ("latency", "allreduce", "iallreduce")
 MICROBENCH_VARIANTS = {"native": ("native", "native"), "python": ("python", "shim"),
                        "python-mpi4py": ("mpi4py", "mpi4py")}
 
@@ -110,10 +113,10 @@ def build_reference(tmp: Path, lib, shared: bool = False) -> Path:
     return target
 
 
-def measure_same_launch(so, prefix, env, blocks: int) -> dict[tuple[str, int], dict]:
+def measure_same_launch(so, prefix, env, blocks: int, benchmarks: str) -> dict[tuple[str, int], dict]:
     """One launch of same_launch.py; (benchmark, size) -> its JSON line."""
     text = run([*prefix, sys.executable, str(HERE / "native_reference" / "same_launch.py"), str(so), sizes_arg(),
-                "--blocks", str(blocks)], env)
+                "--blocks", str(blocks), "--benchmarks", benchmarks], env)
     return {(row["benchmark"], row["size_bytes"]): row for row in json_lines_rows(text)}
 
 
@@ -187,6 +190,8 @@ def main() -> int:
     ap.add_argument("--same-launch", type=int, default=5,
                     help="launches of same_launch.py, the loops alternating inside one launch (default 5; 0: none)")
     ap.add_argument("--blocks", type=int, default=20, help="blocks per size in each same-launch run (default 20)")
+    ap.add_argument("--same-launch-benchmarks", default=",".join(SAME_LAUNCH_BENCHMARKS),
+                    help="benchmarks of the same-launch part (default latency,allreduce,iallreduce)")
     ap.add_argument("--json", help="also write the figures here (rewritten as each part finishes)")
     args = ap.parse_args()
 
@@ -201,16 +206,18 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        report["rows"] = paired_rounds(args.launches, build_reference(tmp, lib), prefix, env, tmp)
-        save()
+        if args.launches > 0:
+            report["rows"] = paired_rounds(args.launches, build_reference(tmp, lib), prefix, env, tmp)
+            save()
         if args.same_launch > 0:
             try:
                 so = build_reference(tmp, lib, shared=True)
-                launches = [measure_same_launch(so, prefix, env, args.blocks) for _ in range(args.same_launch)]
+                launches = [measure_same_launch(so, prefix, env, args.blocks, args.same_launch_benchmarks)
+                            for _ in range(args.same_launch)]
             except (SystemExit, subprocess.CalledProcessError) as exc:  # keep the paired figures
                 print(f"\nsame launch: failed ({exc}); the paired figures above stand", file=sys.stderr)
             else:
-                report["same_launch"] = print_same_launch(launches, args.blocks)
+                report["same_launch"] = print_same_launch(launches, args.blocks, args.same_launch_benchmarks.split(","))
                 save()
         sweep = []
         for _ in range(args.sweep_launches):
@@ -275,26 +282,28 @@ def paired_rounds(launches: int, exe, prefix, env, tmp) -> list[dict]:
     return rows
 
 
-def print_same_launch(launches: list[dict], blocks: int) -> list[dict]:
+def print_same_launch(launches: list[dict], blocks: int, benchmarks: list[str]) -> list[dict]:
     """Prints the same-launch table (medians over launches) and returns its rows."""
     print()
     print(f"Same launch ({len(launches)} launches of same_launch.py, {blocks} blocks per size): "
           f"median over launches of the mean ratio within a block")
     print()
     print("| benchmark | size (B) | C (us) | native (us) | python (us) | native / C | python / C | "
-          "native / C per launch |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+          "native / C, median of blocks | native / C per launch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     out = []
-    for bench in ("latency", "allreduce"):
+    for bench in benchmarks:
         for size in SIZES:
             rows = [launch[(bench, size)] for launch in launches]
             med = {v: statistics.median(r["mean_us"][v] for r in rows) for v in ("c", "native", "python")}
             ratio = {v: statistics.median(r["ratio_to_c"][v] for r in rows) for v in ("native", "python")}
+            robust = statistics.median(r["ratio_to_c_median"]["native"] for r in rows)
             per_launch = [r["ratio_to_c"]["native"] for r in rows]
             out.append({"benchmark": bench, "size_bytes": size, "median_us": med, "ratio_to_c": ratio,
                         "launches": rows})
             print(f"| {bench} | {size} | {med['c']:.3f} | {med['native']:.3f} | {med['python']:.3f} | "
-                  f"{ratio['native']:.3f} | {ratio['python']:.3f} | {', '.join(f'{x:.3f}' for x in per_launch)} |")
+                  f"{ratio['native']:.3f} | {ratio['python']:.3f} | {robust:.3f} | "
+                  f"{', '.join(f'{x:.3f}' for x in per_launch)} |")
     sys.stdout.flush()
     return out
 

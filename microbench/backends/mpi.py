@@ -12,13 +12,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microbench.errors import RunError
+from microbench.backends.nonblocking import NonBlocking
+from microbench.errors import RunError, UsageError
 
 _TAG_DATA, _TAG_ACK = 1, 2
 
 
-def import_mpi(initialize: bool = True, thread_level: str = "single"):
-    """Import mpi4py.MPI, initialising MPI at ``thread_level`` (single by default, as OMB's MPI_Init)."""
+THREAD_LEVEL_ENV = "MICROBENCH_THREAD_LEVEL"
+
+
+def import_mpi(initialize: bool = True, thread_level: str | None = None):
+    """Import mpi4py.MPI, initialising MPI at ``thread_level``: else $MICROBENCH_THREAD_LEVEL, else single
+    (as OMB's MPI_Init). MPICH's asynchronous progress thread needs multiple (docs/overlap.md)."""
+    thread_level = thread_level or os.environ.get(THREAD_LEVEL_ENV) or "single"
     try:
         import mpi4py
     except ImportError as exc:  # pragma: no cover - a core dependency
@@ -33,7 +39,10 @@ def import_mpi(initialize: bool = True, thread_level: str = "single"):
             f"or load your site's MPI module ({str(exc).splitlines()[0]})"
         ) from exc
     if initialize and not MPI.Is_initialized():
-        MPI.Init_thread(thread_levels(MPI)[thread_level])
+        levels = thread_levels(MPI)
+        if thread_level not in levels:
+            raise UsageError(f"{THREAD_LEVEL_ENV}={thread_level}: choose from {', '.join(levels)}")
+        MPI.Init_thread(levels[thread_level])
     return MPI
 
 
@@ -134,6 +143,15 @@ def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
             f"(pip uninstall {lib.bundled}) so mpi4py loads the site MPI, or see docs/cluster.md.")
 
 
+def _nonblocking_twin(blocking: str):
+    """The primitive i<blocking>: the blocking primitive's call, posted non-blocking (see ``_nonblocking``)."""
+    def primitive(self, *args):
+        return self._nonblocking(getattr(self, blocking)(*args))
+
+    primitive.__name__ = primitive.__qualname__ = f"i{blocking}"
+    return primitive
+
+
 class MPIReducer:
     """Control-plane reductions on a communicator kept apart from the benchmark's."""
 
@@ -198,9 +216,13 @@ class MPIBackend:
         self.reduce_scatter_call = reduce_scatter_call
 
     def call_name(self, primitive: str) -> str | None:
-        """The MPI function a primitive's iteration calls (recorded as ``mpi_call``)."""
+        """The MPI function a primitive's iteration calls (recorded as ``mpi_call``; non-blocking primitives:
+        the I-form of their blocking twin's, MPI_Iallreduce for iallreduce)."""
         if primitive == "reduce_scatter":
             return self.REDUCE_SCATTER_CALLS[self.reduce_scatter_call]
+        if primitive not in self.CALLS and primitive.startswith("i") and primitive[1:] in self.CALLS:
+            blocking = self.call_name(primitive[1:])
+            return f"MPI_I{blocking[4].lower()}{blocking[5:]}"
         return self.CALLS.get(primitive)
 
     def mpi_type(self, arr):
@@ -268,6 +290,16 @@ class MPIBackend:
         block = _elements(send) // self.size
         return functools.partial(self.comm.Alltoall, self._spec(send, block), self._spec(recv, block))
 
+    # Non-blocking collectives: the blocking call's arguments, posted with its MPI_I* twin -------------
+    def _nonblocking(self, blocking: functools.partial) -> NonBlocking:
+        name = blocking.func.__name__  # Allreduce -> Iallreduce, Bcast -> Ibcast
+        start = getattr(self.comm, "I" + name[0].lower() + name[1:])
+        return NonBlocking(functools.partial(start, *blocking.args), self.MPI.Request.Test, self.MPI.Request.Wait)
+
+    iallreduce, ireduce = _nonblocking_twin("allreduce"), _nonblocking_twin("reduce")
+    iallgather, ireduce_scatter = _nonblocking_twin("allgather"), _nonblocking_twin("reduce_scatter")
+    ibroadcast, ialltoall = _nonblocking_twin("broadcast"), _nonblocking_twin("alltoall")
+
     # Point to point ------------------------------------------------------------------------
     def pingpong(self, send, recv, peer, initiator):
         if peer is None:
@@ -321,6 +353,14 @@ class NativeMPIBackend(MPIBackend):
         from microbench.native import NativeCall
 
         return NativeCall(kind, self.comm, self.mpi_type(arr_for_type), MPI=self.MPI, **kw)
+
+    def _nonblocking(self, blocking):
+        """The blocking call's description with its non-blocking kind (allreduce -> iallreduce, bcast -> ibcast)."""
+        from microbench.native import KINDS
+
+        blocking.struct.kind = KINDS["i" + blocking.kind]
+        blocking.kind = "i" + blocking.kind
+        return blocking
 
     def allreduce(self, send, recv, op):
         return self._call("allreduce", recv, op=self.ops[op], send=send, recv=recv, count=_elements(recv))

@@ -14,12 +14,14 @@ where they exist, all_gather_into_tensor and reduce_scatter_tensor before).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import socket
 from typing import Callable
 
 import numpy as np
 
+from microbench.backends.nonblocking import NonBlocking
 from microbench.errors import RunError, UsageError
 
 TORCH_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "auto")
@@ -99,7 +101,7 @@ class TorchBackend:
 
     name = "torch"
     #: primitives whose torch API works in place only (all_reduce, reduce)
-    in_place_only: tuple[str, ...] = ("allreduce", "reduce")
+    in_place_only: tuple[str, ...] = ("allreduce", "reduce", "iallreduce", "ireduce")
     #: where an in-place reduce_scatter leaves this rank's result: at its own block (NCCL's convention)
     in_place_result_at_rank = True
 
@@ -146,18 +148,20 @@ class TorchBackend:
         f, g, o = self.dist.reduce, self.group, self.ops[op]
         return lambda: f(recv, root, op=o, group=g)
 
+    def _own_block(self, tensor):
+        """This rank's block of a tensor split n ways (in-place allgather input, reduce_scatter output)."""
+        block = tensor.numel() // self.size
+        return tensor[self.rank * block:(self.rank + 1) * block]
+
     def allgather(self, send, recv):
         f, g = self._all_gather, self.group
-        if send is None:
-            block = recv.numel() // self.size
-            send = recv[self.rank * block:(self.rank + 1) * block]
+        send = self._own_block(recv) if send is None else send
         return lambda: f(recv, send, group=g)
 
     def reduce_scatter(self, send, recv, op):
         f, g, o = self._reduce_scatter, self.group, self.ops[op]
         if send is None:
-            block = recv.numel() // self.size
-            send, recv = recv, recv[self.rank * block:(self.rank + 1) * block]
+            send, recv = recv, self._own_block(recv)
         return lambda: f(recv, send, op=o, group=g)
 
     def broadcast(self, buf, root):
@@ -167,6 +171,32 @@ class TorchBackend:
     def alltoall(self, send, recv):
         f, g = self.dist.all_to_all_single, self.group
         return lambda: f(recv, send, group=g)
+
+    # Non-blocking collectives: async_op=True, then is_completed() / wait() ---------------------------
+    def iallreduce(self, send, recv, op):
+        if send is not None:
+            raise ValueError("torch all_reduce is in place")
+        return _async(self.dist.all_reduce, recv, op=self.ops[op], group=self.group)
+
+    def ireduce(self, send, recv, op, root):
+        if send is not None:
+            raise ValueError("torch reduce is in place")
+        return _async(self.dist.reduce, recv, root, op=self.ops[op], group=self.group)
+
+    def iallgather(self, send, recv):
+        send = self._own_block(recv) if send is None else send
+        return _async(self._all_gather, recv, send, group=self.group)
+
+    def ireduce_scatter(self, send, recv, op):
+        if send is None:
+            send, recv = recv, self._own_block(recv)
+        return _async(self._reduce_scatter, recv, send, op=self.ops[op], group=self.group)
+
+    def ibroadcast(self, buf, root):
+        return _async(self.dist.broadcast, buf, root, group=self.group)
+
+    def ialltoall(self, send, recv):
+        return _async(self.dist.all_to_all_single, recv, send, group=self.group)
 
     # Point to point ------------------------------------------------------------------------
     def connect(self, peer: int, initiator: bool, like) -> None:
@@ -243,6 +273,19 @@ class TorchCudaBackend(TorchBackend):
     """The same primitives on CUDA tensors of this rank's device."""
 
     device = "cuda"
+
+
+def _async(f, *args, **kwargs) -> NonBlocking:
+    """A torch.distributed collective posted with async_op=True: its Work is the handle."""
+    return NonBlocking(functools.partial(f, *args, async_op=True, **kwargs), _completed, _wait)
+
+
+def _completed(work) -> bool:
+    return work.is_completed()
+
+
+def _wait(work) -> None:
+    work.wait()
 
 
 def _wait_all(works) -> None:

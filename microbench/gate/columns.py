@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from microbench.gate.keys import ConfigKey
-from microbench.gate.metrics import OUTLIERS, SKEW
+from microbench.gate.metrics import OUTLIERS, OVERLAP, SKEW, metric_value
 from microbench.records import Run
 
 
@@ -87,6 +87,12 @@ class Table:
     def _values(self, metric: str, stat: str | None) -> np.ndarray:
         if metric == SKEW:
             return self.skew
+        if metric == OVERLAP:  # from the non-blocking records' decoded ``overlap`` blocks
+            out = np.full(len(self), np.nan)
+            for row, extra in self.extras.items():
+                value = metric_value(extra, OVERLAP, stat) if "overlap" in extra else None
+                out[row] = np.nan if value is None else value
+            return out
         if metric == OUTLIERS:
             out = np.full(len(self), np.nan)
             for row, extra in self.extras.items():

@@ -26,7 +26,7 @@ from microbench.gate.parts import FilePart, PartMaker
 from microbench.gate.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
 
-FORMAT = 3  #: the entry layout; entries of another layout, schema or set of key fields are never read
+FORMAT = 4  #: the entry layout; entries of another layout, schema or set of key fields are never read
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 

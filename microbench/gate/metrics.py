@@ -6,6 +6,8 @@
 - algbw (GB/s, 1 GB = 1e9 B) = S / latency[stat], busbw = algbw x factor, with S (``algbw_bytes``) and the
   factor (``busbw_factor``) as the record states them (nccl-tests' definitions). With stat ``avg`` this
   is exactly the recorded ``algbw_gbps``/``busbw_gbps``.
+- overlap (%, specs only): OMB's overlap of a non-blocking record, ``overlap.overlap_pct.omb[stat]``
+  (avg, min or max across ranks; p50: the formula on medians).
 - outliers (specs only): what a pairwise-link-test record (benchmark ``pairs``) flagged: its outlier links
   (cells) plus its outlier nodes (participants whose row median stands out: a slow node spoils its whole row,
   which with few nodes hides it from the cell rule); no statistic applies.
@@ -27,7 +29,8 @@ LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "sl
 METRICS = ("latency", "busbw", "algbw")  #: what compare and history can follow
 OUTLIERS = "outliers"  #: a spec-only metric: outlier cells of a pairs record
 SKEW = "skew"  #: a spec-only metric: slowest over fastest per-rank mean latency
-UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "flagged", SKEW: "x"}
+OVERLAP = "overlap"  #: a spec-only metric: OMB's overlap (%) of a non-blocking record
+UNITS = {"latency": "us", "busbw": "GB/s", "algbw": "GB/s", OUTLIERS: "flagged", SKEW: "x", OVERLAP: "%"}
 
 
 def check_metric(metric: str) -> str:
@@ -43,7 +46,7 @@ def check_stat(stat: str) -> str:
 
 
 def default_stat(metric: str) -> str:
-    """p50 for latency, avg for bandwidth (what the record's algbw/busbw are computed from)."""
+    """p50 for latency, avg for bandwidth (what the record's algbw/busbw are computed from) and overlap."""
     return "p50" if metric == "latency" else "avg"
 
 
@@ -53,6 +56,8 @@ def threshold_what(metric: str, stat: str | None, source: str = "") -> str:
         return f"{stat} latency"
     if metric == OUTLIERS:
         return "outliers"
+    if metric == OVERLAP:
+        return f"{stat} overlap"
     if metric == SKEW:
         return "rank skew (slowest / fastest rank mean)"
     return f"{metric} (from {stat}{source})"
@@ -65,6 +70,10 @@ def higher_is_better(metric: str) -> bool:
 
 def metric_value(result: dict, metric: str, stat: str) -> float | None:
     """The metric of one result record from latency statistic ``stat``; None when the record lacks it."""
+    if metric == OVERLAP:  # avg/min/max across ranks; p50: the formula on medians
+        found = ((result.get("overlap") or {}).get("overlap_pct") or {}).get("omb") or {}
+        value = found.get("p50_based" if stat == "p50" else stat)
+        return float(value) if isinstance(value, (int, float)) else None
     if metric == OUTLIERS:
         found = result.get("outliers")
         return float(len(found) + len(result.get("node_outliers") or ())) if isinstance(found, list) else None

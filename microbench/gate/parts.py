@@ -93,7 +93,7 @@ class PartMaker:
                            dtype="<i2").tobytes(),
             checks=list(checks),
             extras={row: _pairs_fields(r) for row, r in enumerate(results)
-                    if len(r.matrix) or len(r.outliers)},
+                    if len(r.matrix) or len(r.outliers) or raw_present(r.overlap)},
             bad_lines=decoded.bad_lines, foreign=decoded.foreign)
 
     def _configs(self, results: list) -> tuple[list[keys.ConfigKey], list[int]]:

@@ -35,8 +35,9 @@ RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "ho
               "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
 #: Result fields besides the key and the latency statistics.
 RESULT_FIELDS = ("requested_bytes", "algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps", "check")
-#: Pairs-test fields, kept as raw JSON bytes and decoded only for the records that have them.
-RAW_JSON_FIELDS = ("outliers", "node_outliers", "matrix", "labels", "participant_ranks")
+#: Pairs-test fields (and the non-blocking benchmarks' ``overlap``), kept as raw JSON bytes and decoded only for
+#: the records that have them.
+RAW_JSON_FIELDS = ("outliers", "node_outliers", "matrix", "labels", "participant_ranks", "overlap")
 NO_RAW = msgspec.Raw(b"")  #: an absent raw field
 
 

@@ -16,6 +16,8 @@ Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` an
 ``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
 the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier links and nodes a matrix may flag);
 ``max_rank_skew`` (the slowest rank's mean latency over the fastest rank's, at least 1; failures name them);
+for the non-blocking benchmarks ``min_overlap_pct`` (OMB's overlap, avg across ranks; ``stat = "p50"``: on
+medians);
 ``stat``; ``tolerance`` (relative margin, 0.1 = limits loosened by 10 %); ``runs`` (``best``, ``median``
 or ``all``: how several runs of one configuration are judged); ``min_runs``; ``require_check``.
 """
@@ -32,7 +34,7 @@ from typing import Any
 from microbench.errors import UsageError
 from microbench.gate import keys
 from microbench.gate.load import benchmark_names
-from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, SKEW, UNITS, default_stat, threshold_what
+from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
 from microbench.pairs import PAIRS
 from microbench.sizes import format_size, parse_sizes
 
@@ -48,6 +50,7 @@ THRESHOLDS = {
     "min_algbw_gbps": ("algbw", "min"),
     "max_outliers": (OUTLIERS, "max"),
     "max_rank_skew": (SKEW, "max"),
+    "min_overlap_pct": (OVERLAP, "min"),
 }
 
 #: How several runs of one configuration are judged.

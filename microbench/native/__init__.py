@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import itertools
 import os
@@ -27,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from microbench.loops import LoopBase, PythonLoop, call_sequence
+from microbench import compute_kernels
+from microbench.loops import OVERLAP_PARTS, LoopBase, OverlapWork, PythonLoop, call_sequence
 
 SOURCE = Path(__file__).with_name("mbloop.c")
 SHIM_SOURCE = Path(__file__).with_name("mbcall.c")
-
+COMPUTE_SOURCE = Path(__file__).with_name("mbcompute.c")  #: included by mbloop.c
 
 
 def _call_kinds(source: Path) -> dict[str, int]:
@@ -116,22 +118,27 @@ def _python_include() -> str:
 
 def build(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
     """Compile (or find in the cache) the native loop library; returns its path."""
-    return _build_cached("mbloop", [SOURCE], [], ".so", mpi_prefix, libmpi_path)
+    return _build_cached("mbloop", [SOURCE, COMPUTE_SOURCE], [], ".so", mpi_prefix, libmpi_path)
 
 
 def build_shim(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
     """Compile (or find in the cache) the C call shim, a Python extension module; returns its path."""
     include = _python_include()
     # hidden: the module's only export is PyInit_mbcall, so its mb_* functions never bind to another copy
-    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE], ["-fvisibility=hidden", f"-I{include}", f"-I{SOURCE.parent}"],
+    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE, COMPUTE_SOURCE], ["-fvisibility=hidden", f"-I{include}", f"-I{SOURCE.parent}"],
                          sysconfig.get_config_var("EXT_SUFFIX") or ".so", mpi_prefix, libmpi_path,
                          key_extra=[include, sys.version])
 
 
+def build_cached_with(name: str, sources: list[Path], flags: list[str], suffix: str, compiler: str) -> Path:
+    """Compile ``sources[0]`` with ``compiler`` (no MPI involved), cached like the native loop."""
+    return _build_cached(name, sources, flags, suffix, None, None, compiler=compiler)
+
+
 def _build_cached(name: str, sources: list[Path], flags: list[str], suffix: str, mpi_prefix: str | None,
-                  libmpi_path: str | None, key_extra: list[str] = ()) -> Path:
+                  libmpi_path: str | None, key_extra: list[str] = (), compiler: str | None = None) -> Path:
     """Compile ``sources[0]`` (which may include the others) under a cache key of everything that matters."""
-    mpicc = find_mpicc(mpi_prefix)
+    mpicc = compiler or find_mpicc(mpi_prefix)
     stat = os.stat(libmpi_path) if libmpi_path and os.path.exists(libmpi_path) else None
     key_text = b"\0".join([*(src.read_bytes() for src in sources), mpicc.encode(), _compile_flags(mpicc).encode(),
                            str(libmpi_path).encode(), str(stat.st_size if stat else "").encode(),
@@ -209,6 +216,11 @@ def load(path: Path, expected_version: str) -> ctypes.CDLL:
     lib.mb_run.restype = ctypes.c_int
     lib.mb_run.argtypes = [ctypes.POINTER(MbCall), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                            ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p]
+    lib.mb_run_overlap.restype = ctypes.c_int
+    lib.mb_run_overlap.argtypes = [ctypes.POINTER(MbCall), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                   ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong,
+                                   ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    compute_kernels.declare(lib)
     buf = ctypes.create_string_buffer(8192)
     lib.mb_library_version(buf, len(buf))
     _same_version(buf.value.decode(errors="replace"), expected_version)
@@ -228,6 +240,7 @@ class NativeCall:
         if counts is not None:
             counts = np.ascontiguousarray(counts, dtype=np.intc)
         self.keep = (comm, dtype, op, send, recv, ack, counts)
+        self.kind = kind
         self.struct = MbCall(
             KINDS[kind], count, peer, root, int(initiator), window,
             address_of(send) or None, address_of(recv) or None, address_of(ack) or None,
@@ -301,6 +314,34 @@ class NativeLoop(LoopBase):
         if rc != 0:
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
 
+    def kernel_library(self) -> ctypes.CDLL:
+        """The compute kernels run from this loop's own library (the same build as the timed loop)."""
+        return self.lib
+
+    def time_compute(self, kernel, units: int, chunks: int, reps: int) -> np.ndarray:
+        return kernel.time_in_c(units, chunks, reps)
+
+    def run_overlap(self, prepared, iters: int, work: OverlapWork, start: int = 0, barrier=None,
+                    flush=None) -> np.ndarray:
+        """mb_run_overlap: (iters, 5) durations in ns, columns OVERLAP_PARTS."""
+        out = np.zeros((max(iters, 0), len(OVERLAP_PARTS)), dtype=np.int64)
+        self.last_timer = self.timer
+        if flush is not None and not flush.host_memory:  # a device flush runs from Python, as in run
+            for i in range(iters):
+                flush(i)
+                self._overlap_c(prepared, 1, start + i, True, None, work, out[i:i + 1])
+        elif iters > 0:
+            self._overlap_c(prepared, iters, start, barrier is not None, flush, work, out)
+        return out
+
+    def _overlap_c(self, prepared, iters: int, start: int, barrier: bool, flush, work: OverlapWork, out) -> None:
+        array, ncalls, _ = prepared
+        flush_ptr, flush_bytes = (flush.address, flush.nbytes) if flush is not None else (None, 0)
+        rc = self.lib.mb_run_overlap(array, ncalls, iters, start, 1 if barrier else 0, flush_ptr, flush_bytes,
+                                     work.kernel.pointer, work.units, work.chunks, int(work.tests), out.ctypes.data)
+        if rc != 0:
+            raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
+
 
 class _BoundCalls(list):
     """Shim callables, one per buffer slot, with the NativeCalls whose buffers they point into kept alive."""
@@ -354,3 +395,8 @@ class ShimPythonLoop(PythonLoop):
         if ns_per_tick > 0:
             durations = np.rint(durations * ns_per_tick).astype(np.int64)
         return durations
+
+    def parts(self, prepared) -> list:
+        """(post, test, wait) of each bound non-blocking call, through the shim's post/test/wait."""
+        m = self.module
+        return [(functools.partial(m.post, call.__self__), m.test, m.wait) for call in prepared]

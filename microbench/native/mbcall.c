@@ -10,6 +10,8 @@
  * in ns), read in C and stored without making a Python object. So what a Python-loop figure adds to the
  * MPI call is CPython's loop, one Python-level call and the GIL. The GIL is released around the MPI call (as mpi4py does: about 50 ns
  * here), so the watchdog and signal threads can act while a call blocks. One thread uses the stamps.
+ * For the non-blocking kinds, post(f.__self__), test(handle) and wait(handle) run the call's three parts
+ * apart (the handle is the bound call's capsule, which holds its one request), for the overlap phase.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +24,7 @@ typedef struct {
     MPI_Datatype dt;
     MPI_Op op;
     MPI_Request *reqs; /* room for 2 * window requests */
+    MPI_Request req;   /* the non-blocking kinds' request between post() and wait() */
 } mb_bound;
 
 static const char *const CAPSULE_NAME = "microbench.mbcall.bound";
@@ -77,6 +80,7 @@ static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *arg) {
     b->comm = *(const MPI_Comm *)b->call.comm_addr;
     b->dt = *(const MPI_Datatype *)b->call.dtype_addr;
     b->op = b->call.op_addr ? *(const MPI_Op *)b->call.op_addr : MPI_OP_NULL;
+    b->req = MPI_REQUEST_NULL;
     int window = b->call.window > 1 ? b->call.window : 1;
     b->reqs = (MPI_Request *)malloc(sizeof(MPI_Request) * 2 * (size_t)window);
     if (!b->reqs) {
@@ -92,6 +96,49 @@ static PyObject *bind(PyObject *Py_UNUSED(module), PyObject *arg) {
     PyObject *fn = PyCFunction_NewEx(&bound_def, capsule, NULL);
     Py_DECREF(capsule);
     return fn;
+}
+
+static mb_bound *bound_of(PyObject *capsule) {
+    return (mb_bound *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+}
+
+static PyObject *mpi_failed(const char *what, int rc) {
+    PyErr_Format(PyExc_RuntimeError, "C call shim: %s failed with error code %d", what, rc);
+    return NULL;
+}
+
+static PyObject *shim_post(PyObject *Py_UNUSED(module), PyObject *capsule) {
+    mb_bound *b = bound_of(capsule);
+    int rc;
+    if (!b) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mb_post(&b->call, b->comm, b->dt, b->op, &b->req);
+    Py_END_ALLOW_THREADS
+    if (rc != MPI_SUCCESS) return mpi_failed("post", rc);
+    Py_INCREF(capsule);
+    return capsule;
+}
+
+static PyObject *shim_test(PyObject *Py_UNUSED(module), PyObject *capsule) {
+    mb_bound *b = bound_of(capsule);
+    int rc, flag = 0;
+    if (!b) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = MPI_Test(&b->req, &flag, MPI_STATUS_IGNORE);
+    Py_END_ALLOW_THREADS
+    if (rc != MPI_SUCCESS) return mpi_failed("MPI_Test", rc);
+    return PyBool_FromLong(flag);
+}
+
+static PyObject *shim_wait(PyObject *Py_UNUSED(module), PyObject *capsule) {
+    mb_bound *b = bound_of(capsule);
+    int rc;
+    if (!b) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = MPI_Wait(&b->req, MPI_STATUS_IGNORE);
+    Py_END_ALLOW_THREADS
+    if (rc != MPI_SUCCESS) return mpi_failed("MPI_Wait", rc);
+    Py_RETURN_NONE;
 }
 
 static PyObject *start(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -137,6 +184,9 @@ static PyMethodDef methods[] = {
     {"stop", stop, METH_NOARGS, "stop stamping; returns the number of slots written"},
     {"calibrate", calibrate, METH_VARARGS,
      "calibrate(want_tsc, ms) -> ns per TSC tick, or 0.0 when the stamps are CLOCK_MONOTONIC ns (mb_calibrate)"},
+    {"post", shim_post, METH_O, "post(capsule of a bound non-blocking call) -> its handle: start the collective"},
+    {"test", shim_test, METH_O, "test(handle) -> whether the posted collective completed (MPI_Test)"},
+    {"wait", shim_wait, METH_O, "wait(handle): MPI_Wait on the posted collective"},
     {"library_version", library_version, METH_NOARGS, "MPI_Get_library_version of the MPI this was built against"},
     {NULL, NULL, 0, NULL},
 };

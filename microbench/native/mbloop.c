@@ -14,12 +14,18 @@
  * after the loop with the rate mb_calibrate measured against CLOCK_MONOTONIC.
  * Barrier mode (sync == 1): MPI_Barrier before each iteration, outside the timing.
  * flush_bytes > 0: before each iteration, untimed, write flush_bytes of flush_buf (evicts caches).
+ *
+ * Non-blocking collectives (MB_I*): mb_run times post + MPI_Wait back to back (t_pure); mb_run_overlap times
+ * post, a calibrated host compute kernel (mbcompute.c) cut into chunks with an MPI_Test after each, and
+ * MPI_Wait, each part apart (see docs/overlap.md).
  */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "mbcompute.c"
 
 enum {
     MB_NOTHING = 0,
@@ -33,6 +39,13 @@ enum {
     MB_STREAM = 8,
     MB_BISTREAM = 9,
     MB_REDUCE_SCATTER_V = 10,
+    MB_IALLREDUCE = 11,
+    MB_IALLGATHER = 12,
+    MB_IREDUCE_SCATTER = 13,
+    MB_IBCAST = 14,
+    MB_IREDUCE = 15,
+    MB_IALLTOALL = 16,
+    MB_IREDUCE_SCATTER_V = 17,
 };
 
 #define MB_TAG_DATA 1
@@ -106,6 +119,29 @@ int mb_library_version(char *out, int len) {
     return n;
 }
 
+/* Start the non-blocking collective of call c (an MB_I* kind) into *req. */
+static inline int mb_post(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op, MPI_Request *req) {
+    const void *s = c->sbuf ? c->sbuf : MPI_IN_PLACE;
+    switch (c->kind) {
+    case MB_IALLREDUCE:
+        return MPI_Iallreduce(s, c->rbuf, c->count, dt, op, comm, req);
+    case MB_IALLGATHER:
+        return MPI_Iallgather(s, c->count, dt, c->rbuf, c->count, dt, comm, req);
+    case MB_IREDUCE_SCATTER:
+        return MPI_Ireduce_scatter_block(s, c->rbuf, c->count, dt, op, comm, req);
+    case MB_IREDUCE_SCATTER_V:
+        return MPI_Ireduce_scatter(s, c->rbuf, c->counts, dt, op, comm, req);
+    case MB_IBCAST:
+        return MPI_Ibcast(c->sbuf, c->count, dt, c->root, comm, req);
+    case MB_IREDUCE:
+        return MPI_Ireduce(s, c->rbuf, c->count, dt, op, c->root, comm, req);
+    case MB_IALLTOALL:
+        return MPI_Ialltoall(c->sbuf, c->count, dt, c->rbuf, c->count, dt, comm, req);
+    default:
+        return -1;
+    }
+}
+
 /* One iteration of call c; reqs has room for 2 * window requests. */
 static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_Op op, MPI_Request *reqs) {
     const void *s = c->sbuf ? c->sbuf : MPI_IN_PLACE;
@@ -155,6 +191,10 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
         for (w = 0; w < c->window; w++)
             MPI_Isend(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[c->window + w]);
         return MPI_Waitall(2 * c->window, reqs, MPI_STATUSES_IGNORE);
+    case MB_IALLREDUCE: case MB_IALLGATHER: case MB_IREDUCE_SCATTER: case MB_IBCAST: case MB_IREDUCE:
+    case MB_IALLTOALL: case MB_IREDUCE_SCATTER_V:
+        rc = mb_post(c, comm, dt, op, &reqs[0]);
+        return rc == MPI_SUCCESS ? MPI_Wait(&reqs[0], MPI_STATUS_IGNORE) : rc;
     default:
         return -1;
     }
@@ -230,6 +270,10 @@ int mb_run(const mb_call *calls, int ncalls, int iters, int start, int sync, voi
         if (kind == MB_ALLREDUCE)                                                                           \
             MB_LEAN(NOW, TYPE, rc = MPI_Allreduce(c->sbuf ? c->sbuf : MPI_IN_PLACE, c->rbuf, c->count, dt, op, \
                                                   comm));                                                   \
+        else if (kind == MB_IALLREDUCE)                                                                     \
+            MB_LEAN(NOW, TYPE, rc = MPI_Iallreduce(c->sbuf ? c->sbuf : MPI_IN_PLACE, c->rbuf, c->count, dt, op,\
+                                                   comm, &reqs[0]);                                         \
+                    if (rc == MPI_SUCCESS) rc = MPI_Wait(&reqs[0], MPI_STATUS_IGNORE));                     \
         else if (kind == MB_PINGPONG && initiator && iters > 1)                                             \
             MB_LEAN_PINGPONG(NOW, TYPE);                                                                    \
         else                                                                                                \
@@ -260,5 +304,49 @@ int mb_run(const mb_call *calls, int ncalls, int iters, int start, int sync, voi
         }
     }
     free(reqs);
+    return rc;
+}
+
+static inline int64_t mb_stamp_raw(void) { return mb_use_tsc ? (int64_t)mb_ticks() : mb_now(); }
+
+/*
+ * The overlapped iterations of a non-blocking collective: per iteration, post; `chunks` calls of the compute
+ * kernel of `units` units each, with an MPI_Test after each chunk when `tests` is set (the probes OMB's
+ * --num_test makes); MPI_Wait. out_ns holds 5 durations per iteration (ns): overall (post to the end of the
+ * wait), post, compute (the chunks, the tests' time taken out), test (the probes together), wait.
+ * sync / flush as mb_run, before each iteration and outside the timing. Returns 0 or the first MPI error.
+ */
+int mb_run_overlap(const mb_call *calls, int ncalls, int iters, int start, int sync, void *flush_buf,
+                   long long flush_bytes, mb_kernel *kern, long long units, int chunks, int tests, int64_t *out_ns) {
+    if (iters <= 0) return 0;
+    MPI_Comm comm = *(const MPI_Comm *)calls[0].comm_addr;
+    MPI_Datatype dt = *(const MPI_Datatype *)calls[0].dtype_addr;
+    MPI_Op op = calls[0].op_addr ? *(const MPI_Op *)calls[0].op_addr : MPI_OP_NULL;
+    int rc = MPI_SUCCESS, k = start % ncalls, flag = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    for (int i = 0; i < iters; i++) {
+        if (flush_bytes > 0) mb_flush((volatile unsigned char *)flush_buf, flush_bytes, i);
+        if (sync) MPI_Barrier(comm);
+        int64_t t0 = mb_stamp_raw();
+        rc = mb_post(&calls[k], comm, dt, op, &req);
+        int64_t t1 = mb_stamp_raw(), tested = 0;
+        for (int j = 0; j < chunks && rc == MPI_SUCCESS; j++) {
+            mb_compute(kern, units);
+            if (tests) {
+                int64_t a = mb_stamp_raw();
+                rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+                tested += mb_stamp_raw() - a;
+            }
+        }
+        int64_t t2 = mb_stamp_raw();
+        if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        int64_t t3 = mb_stamp_raw();
+        int64_t *o = &out_ns[5 * (long long)i];
+        o[0] = t3 - t0; o[1] = t1 - t0; o[2] = (t2 - t1) - tested; o[3] = tested; o[4] = t3 - t2;
+        if (rc != MPI_SUCCESS) break;
+        if (++k == ncalls) k = 0;
+    }
+    if (mb_use_tsc)
+        for (long long j = 0; j < 5 * (long long)iters; j++) out_ns[j] = (int64_t)((double)out_ns[j] * mb_ns_per_tick + 0.5);
     return rc;
 }

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import microbench
-from microbench import buffers, launch, metadata, stats
+from microbench import async_progress, buffers, launch, metadata, stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from microbench.cache import PoolPlan
@@ -61,6 +61,7 @@ class Figures:
     budget_estimate_s: float | None = None  #: --time-budget: the per-iteration time the count came from
     stragglers: dict | None = None  #: microbench.stragglers: slowest/fastest rank, skew, node means
     check_failures: list | None = None  #: the nodes whose received data was wrong (checked runs)
+    overlap: dict | None = None  #: non-blocking benchmarks: overlap_stats.summarize
 
 
 def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
@@ -98,6 +99,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
             "cache_bytes": transport.cache_bytes,
             "cache_bytes_from": transport.cache_bytes_from(opts),
             "env": metadata.relevant_env(),
+            "progress": async_progress.describe(opts.backend, (transport.torch_meta or {}).get("backend"),
+                                                transport.thread_level),
         },
         "options": asdict(opts),
     }
@@ -145,6 +148,8 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         record["cuda_graph"] = loop.graph
     if loop.launch:
         record["launch"] = loop.launch
+    if figures.overlap:
+        record["overlap"] = figures.overlap
     if coll.rooted:
         record["root"] = opts.root
     if coll.point_to_point:

@@ -7,6 +7,7 @@ into calls), or of a real trace, and what they cost on measured curves.
   microbench workload --trace nccl.log --trace-iterations 10 --results run.jsonl
   microbench workload --trace rank*.pt.trace.json.gz --trace-iterations 5
   microbench workload --model 13B --scheme zero3 --dp 8 --results run.jsonl --tflops 150 --figure w.png
+  (with iallreduce/iallgather/... records in run.jsonl: exposed communication from their measured overlap)
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from microbench.workload.compute import compute_vs_communication, per_device_com
 from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload, parallel_dimension
 from microbench.workload.messages import WIRE_RULES, total_wire
 from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS, Model, preset
+from microbench.workload.overlap_pricing import METHOD as OVERLAP_METHOD
+from microbench.workload.overlap_pricing import apply_overlap, overlap_curves
 from microbench.workload.schemes import build
 from microbench.workload.traces import FORMATS, read_traces
 
@@ -204,21 +207,34 @@ def _cost(args, messages, workload: Workload | None, assumptions: list[str], out
     curves, notes = curves_from_results(results, args.stat)
     weighting = weigh(messages, curves, args.stat)
     weighting["notes"] = notes + weighting["notes"]
+    overlaps = overlap_curves(results, args.stat)
+    if overlaps:
+        apply_overlap(weighting, overlaps)
+        assumptions.append(OVERLAP_METHOD)
     out["weighting"] = weighting
     assumptions += [MAPPING_RULE, weighting["method"]]
     lines += report.weighting_lines(weighting, ", ".join(args.results))
     if args.tflops:
-        comm_us = (weighting["time_per_iteration_us"] if args.trace  # a trace's counts are per rank already
-                   else per_device_communication_us(weighting, workload))
-        out["compute"] = compute_vs_communication(workload, comm_us, args.tflops)
+        out["compute"] = _compute(args, weighting, workload)
         assumptions.append(COMPUTE_RULE)
         lines += report.compute_lines(out["compute"])
     if args.figure:
         from microbench.workload.figure import plot_weighting
 
         title = ", ".join(args.trace) if args.trace else f"{workload.model.describe()}, {workload.scheme}"
-        plot_weighting(args.figure, weighting, curves, title)
+        plot_weighting(args.figure, weighting, curves, title, out.get("compute"))
         lines.append(f"# figure written to {args.figure}")
+
+
+def _compute(args, weighting: dict, workload: Workload) -> dict:
+    """Compute beside one device's communication: the two bounds, and the measured overlap where recorded."""
+    def per_device(field: str) -> float:
+        if args.trace:  # a trace's counts are per process already
+            return sum(r[field] for r in weighting["messages"] if r["phase"] != "setup")
+        return per_device_communication_us(weighting, workload, field)
+
+    exposed = per_device("exposed_us") if "exposed_per_iteration_us" in weighting else None
+    return compute_vs_communication(workload, per_device("time_us"), args.tflops, exposed)
 
 
 def main(args) -> int:

@@ -13,16 +13,22 @@ from microbench.errors import UsageError  # noqa: E402
 from microbench.workload.weighting import STATISTICS, Curve  # noqa: E402
 
 
-def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Curve], title: str) -> None:
+def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Curve], title: str,
+                   compute: dict | None = None) -> None:
     """One row per benchmark the distribution uses: latency (left) and bus bandwidth (right) against
-    message size, log-log, with each size's share of calls and of predicted time as bars on a right axis."""
+    message size, log-log, with each size's share of calls and of predicted time as bars on a right axis.
+    With ``compute`` (--tflops), a last row: the iteration as compute plus exposed communication without
+    overlap, with the measured overlap (when the results hold it) and with perfect overlap."""
     rows = [r for r in weighting["messages"] if r["phase"] != "setup"]
     used = sorted({(r["benchmark"], r["measured_ranks"]) for r in rows})
     if not used:
         raise UsageError("nothing to plot: no message of the distribution has a measured curve")
     total_calls = sum(r["count"] for r in rows) or 1
     total_time = weighting["time_per_iteration_us"] or 1
-    fig, axes = plt.subplots(len(used), 2, figsize=(12, 3.6 * len(used)), squeeze=False)
+    nrows = len(used) + (compute is not None)
+    fig, axes = plt.subplots(nrows, 2, figsize=(12, 3.6 * nrows), squeeze=False)
+    if compute is not None:
+        _iteration_bars(axes[-1], compute)
     for row, key in zip(axes, used):
         curve = curves[key]
         calls, times = defaultdict(float), defaultdict(float)
@@ -70,3 +76,23 @@ def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Cur
         raise UsageError(f"cannot write figure {path}: {exc}") from exc
     finally:
         plt.close(fig)
+
+
+def _iteration_bars(row, c: dict) -> None:
+    """Left: one iteration as compute + exposed communication, per estimate (s). Right: communication's share."""
+    estimates = [("no overlap", c["communication_s"])]
+    if "exposed_measured_overlap_s" in c:
+        estimates.append(("measured overlap", c["exposed_measured_overlap_s"]))
+    estimates.append(("perfect overlap", max(0.0, c["communication_s"] - c["compute_s"])))
+    names = [n for n, _ in estimates]
+    exposed = [e for _, e in estimates]
+    left, right = row
+    left.barh(names, [c["compute_s"]] * len(names), color="tab:gray", label="compute")
+    left.barh(names, exposed, left=[c["compute_s"]] * len(names), color="tab:red", label="exposed communication")
+    left.set_xlabel("seconds per iteration of one device")
+    left.legend(fontsize=7, loc="lower right")
+    right.bar(names, [100 * e / (c["compute_s"] + e) if c["compute_s"] + e else 0 for e in exposed], color="tab:red")
+    right.set_ylabel("exposed communication (% of the iteration)")
+    right.set_ylim(0, 100)
+    for ax in row:
+        ax.grid(True, alpha=0.3)

@@ -136,17 +136,44 @@ def weighting_lines(wt: dict, sources: str) -> list[str]:
         lines.append(f"# flag: {e['collective']} at {e['bytes']} B is {e['how']} the measured sizes (extrapolated)")
     for name in wt["unpriced"]:
         lines.append(f"# flag: no measured {name} curve: those messages are not priced")
+    lines += overlap_lines(wt)
     lines += [f"# note: {n}" for n in wt["notes"]]
     return lines
 
 
+def overlap_lines(wt: dict) -> list[str]:
+    """Exposed communication per collective with the measured overlap, and its flags (none without it)."""
+    ov = wt.get("overlap")
+    if ov is None:
+        return []
+    lines = [f"#{'Collective':>15} {'Time(us)':>14} {'Overlap':>8} {'Exposed(us)':>14}   (measured overlap, "
+             f"time-weighted)"]
+    for name in sorted(wt["collectives"]):
+        rows = [r for r in wt["messages"] if r["collective"] == name and r["phase"] != "setup"]
+        time_us, exposed = sum(r["time_us"] for r in rows), sum(r["exposed_us"] for r in rows)
+        hidden = 100 * (1 - exposed / time_us) if time_us else 0.0
+        lines.append(f" {name:>15} {time_us:>14.6g} {hidden:>7.1f}% {exposed:>14.6g}")
+    lines.append(f"# exposed communication {wt['exposed_per_iteration_us']:.6g} us per iteration of "
+                 f"{wt['time_per_iteration_us']:.6g} us")
+    lines += [f"# flag: no measured overlap of {c}: exposed whole" for c in ov["not_measured"]]
+    lines += [f"# flag: overlap of {e['collective']} at {e['bytes']} B is {e['how']} the measured sizes"
+              for e in ov["extrapolated"]]
+    return lines
+
+
 def compute_lines(c: dict) -> list[str]:
-    return [
+    lines = [
         f"# compute against communication at {c['tflops_per_device']:g} TFLOP/s achieved per device: compute "
         f"{c['compute_s']:.4g} s, communication {c['communication_s']:.4g} s per iteration of one device",
         f"# communication's share of the iteration: {100 * c['share_no_overlap']:.1f}% without overlap, "
         f"{100 * c['share_perfect_overlap']:.1f}% with perfect overlap",
     ]
+    if "share_measured_overlap" in c:
+        lines.append(f"# with the measured overlap: exposed communication {c['exposed_measured_overlap_s']:.4g} s per "
+                     f"iteration (bounds: {c['exposed_perfect_overlap_s']:.4g} s perfect, "
+                     f"{c['exposed_no_overlap_s']:.4g} s none), {100 * c['share_measured_overlap']:.1f}% of the "
+                     f"iteration")
+    return lines
 
 
 def assumption_lines(assumptions: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ Latency at a message size comes from the measured curve of the mapped benchmark:
 at a measured size, log-log interpolation between measured sizes, below the smallest size that size's
 latency, above the largest size that size's latency scaled linearly with size (its bandwidth held);
 both extrapolations are flagged. A send takes its one-way latency; its recv adds nothing (same transfer).
+Where only the non-blocking twin was measured (iallreduce for allreduce), its t_pure curve prices the calls.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def weigh(messages: list[Message], curves: dict[tuple[str, int], Curve], statist
     rows, unpriced, notes = [], set(), set()
     for m in messages:
         bench = BENCHMARK_FOR[m.collective]
-        curve = choose_curve(curves, bench, m.group_size)
+        # a run of the non-blocking twin alone prices the collective with its t_pure curve
+        curve = choose_curve(curves, bench, m.group_size) or choose_curve(curves, "i" + bench, m.group_size)
         if curve is None:
             unpriced.add(bench)
             continue

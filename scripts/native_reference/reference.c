@@ -1,7 +1,7 @@
 /*
  * A plain C reference for microbench's own-cost benchmarks (scripts/bench_overhead.py).
  *
- *   mpiexec -n 2 reference latency|allreduce SIZES ITERATIONS WARMUP
+ *   mpiexec -n 2 reference latency|allreduce|iallreduce SIZES ITERATIONS WARMUP
  *
  * SIZES: bytes, comma-separated (e.g. 8,1024,65536), measured in that order in one launch, as microbench
  * measures its sizes.
@@ -9,6 +9,7 @@
  *            interval over all iterations; prints half the round trip in microseconds.
  * allreduce: back-to-back MPI_Allreduce of SIZE bytes of float (sum), each rank timing one interval over
  *            all iterations; prints the mean across ranks of the per-rank mean latency in microseconds.
+ * iallreduce: the same with MPI_Iallreduce + MPI_Wait back to back (a non-blocking benchmark's t_pure).
  * Per size: a barrier, WARMUP untimed iterations, then ITERATIONS timed ones back to back in the same loop.
  * Buffers are page-aligned (as OMB's and microbench's) and written before timing; the clock is CLOCK_MONOTONIC.
  * (Alignment matters: a 16-byte-aligned receive buffer made a 64 KiB shared-memory allreduce twice as slow.)
@@ -56,9 +57,16 @@ double reference_measure(const char *bench, long nbytes, int iters, int warmup, 
         int count = (int)(nbytes / sizeof(float));
         double t0 = 0.0, mine, sum = 0.0;
         MPI_Barrier(MPI_COMM_WORLD);
+        int nonblocking = strcmp(bench, "iallreduce") == 0;
+        MPI_Request req;
         for (int i = 0; i < warmup + iters; i++) {
             if (i == warmup) t0 = now_us();
-            MPI_Allreduce(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (nonblocking) {
+                MPI_Iallreduce(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+                MPI_Wait(&req, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Allreduce(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            }
         }
         mine = (now_us() - t0) / iters;
         MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -74,8 +82,9 @@ int main(int argc, char **argv) {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc != 5 || (strcmp(argv[1], "latency") != 0 && strcmp(argv[1], "allreduce") != 0)) {
-        if (rank == 0) fprintf(stderr, "usage: reference latency|allreduce SIZES ITERATIONS WARMUP\n");
+    if (argc != 5 || (strcmp(argv[1], "latency") != 0 && strcmp(argv[1], "allreduce") != 0 &&
+                      strcmp(argv[1], "iallreduce") != 0)) {
+        if (rank == 0) fprintf(stderr, "usage: reference latency|allreduce|iallreduce SIZES ITERATIONS WARMUP\n");
         MPI_Finalize();
         return 2;
     }

@@ -4,13 +4,16 @@
 
 On a small VM the latency of a small message changes between launches (where the host places the two
 vCPUs), so two launches differ by more than the loops do. Here one launch runs, per benchmark (latency,
-allreduce) and size, N blocks; each block runs, in a shuffled order, the C reference's own loop
+allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait back to back, a non-blocking benchmark's t_pure) and
+size, N blocks; each block runs, in a shuffled order, the C reference's own loop
 (``reference_measure`` from reference.c built as a shared object, called through ctypes: one interval over
 all iterations), microbench's native loop and its Python loop through the C call shim
 (``NativeLoop.run`` and ``ShimPythonLoop.run``, the timed loops microbench's engine calls, on buffers from
 microbench's page-aligned ``HostRegion``). Every block has its own barrier and warmup. A loop's figure is
 the mean over blocks of its mean latency (half the round trip for latency; the mean across ranks for
-allreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block.
+allreduce and iallreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block;
+``ratio_to_c_median`` is the median over blocks of that ratio, which the few blocks a descheduled rank stalls
+(tens of ms on a shared machine) cannot move.
 Rank 0 prints one JSON line per (benchmark, size).
 """
 
@@ -29,6 +32,7 @@ from microbench.backends.mpi import import_mpi, library
 from microbench.buffers import HostRegion
 
 WARMUP = 200
+BENCHMARKS = ("latency", "allreduce", "iallreduce")
 
 
 def iterations_for(nbytes: int) -> int:
@@ -40,6 +44,7 @@ def main() -> int:
     ap.add_argument("reference_so", help="reference.c built with -shared -fPIC -Dmain=reference_main")
     ap.add_argument("sizes", help="bytes, comma-separated")
     ap.add_argument("--blocks", type=int, default=20, help="blocks per size (default 20)")
+    ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help=f"comma list (default {','.join(BENCHMARKS)})")
     args = ap.parse_args()
 
     MPI = import_mpi()
@@ -55,7 +60,7 @@ def main() -> int:
              "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
     rng = random.Random(7)  # the same order on every rank
 
-    for bench in ("latency", "allreduce"):
+    for bench in args.benchmarks.split(","):
         for nbytes in (int(x) for x in args.sizes.split(",")):
             iters = iterations_for(nbytes)
             send, recv = HostRegion(nbytes), HostRegion(nbytes)
@@ -65,7 +70,7 @@ def main() -> int:
                 call = native.NativeCall("pingpong", comm, MPI.BYTE, send=send.bytes, recv=recv.bytes, count=nbytes,
                                          peer=1 - rank, initiator=rank == 0, MPI=MPI)
             else:
-                call = native.NativeCall("allreduce", comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
+                call = native.NativeCall(bench, comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
                                          recv=recv.view(0, nbytes // 4, np.dtype(np.float32)), count=nbytes // 4, MPI=MPI)
             prepared = {name: loop.prepare([call]) for name, loop in loops.items()}
             figures: dict[str, list[float]] = {"c": [], "native": [], "python": []}
@@ -86,11 +91,12 @@ def main() -> int:
                             figure = total / size if rank == 0 else 0.0
                     figures[name].append(figure)
             if rank == 0:
-                ratios = {name: statistics.mean(v / c for v, c in zip(figures[name], figures["c"]))
-                          for name in ("native", "python")}
+                per_block = {name: [v / c for v, c in zip(figures[name], figures["c"])] for name in ("native", "python")}
+                ratios = {name: statistics.mean(r) for name, r in per_block.items()}
+                medians = {name: statistics.median(r) for name, r in per_block.items()}
                 print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "blocks": args.blocks, "iterations": iters,
                                   "mean_us": {k: statistics.mean(v) for k, v in figures.items()},
-                                  "ratio_to_c": ratios}), flush=True)
+                                  "ratio_to_c": ratios, "ratio_to_c_median": medians}), flush=True)
             del prepared, call
             comm.Barrier()
     return 0
