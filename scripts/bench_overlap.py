@@ -47,13 +47,14 @@ VARIANTS = {
 
 
 def mpich_python(venv: Path) -> str:
-    """The Python of a virtual environment holding the MPICH wheel and this checkout (made when missing)."""
+    """The Python of a virtual environment holding the MPICH wheel and this checkout (made when missing; the
+    checkout is installed again every time, so that dependencies added since reach it)."""
     python = venv / "bin" / "python"
     if not python.exists():
         print(f"# making {venv} with the MPICH wheel (once)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "mpi4py", "mpich"], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(REPO)], check=True)
     return str(python)
 
 
