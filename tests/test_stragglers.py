@@ -103,7 +103,11 @@ def test_pairs_flags_the_slowed_rank_as_a_bad_node(slowed_run):
     _, out = slowed_run
     pairs = {r["metric"]: r for r in results_of(out) if r["benchmark"] == "pairs"}
     # rank 5 is the passive side (the peer that is timed against) of its pairs with ranks 0-4
-    assert [n["label"] for n in pairs["latency"]["node_outliers"]] == [f"rank {SLOW_RANK}"], pairs["latency"]
+    # 8 ranks on 2 cores can push one more row past the rule now and then (CI saw rank 3 once); rank 5's row, 50 ms
+    # per round trip against microseconds, must be flagged and be the worst by far
+    flagged = sorted(pairs["latency"]["node_outliers"], key=lambda n: -n["row_median"])
+    assert flagged and flagged[0]["label"] == f"rank {SLOW_RANK}", pairs["latency"]
+    assert all(flagged[0]["row_median"] > 100 * n["row_median"] for n in flagged[1:]), pairs["latency"]
     # bandwidth cells (GB/s, bounded below by 0) swing 3x between pairs on 2 cores: rank 5 is flagged and lowest
     flagged = sorted(pairs["bandwidth"]["node_outliers"], key=lambda n: n["row_median"])
     assert flagged and flagged[0]["label"] == f"rank {SLOW_RANK}", pairs["bandwidth"]
