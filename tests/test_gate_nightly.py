@@ -16,7 +16,9 @@ from conftest import REPO, microbench
 from fixtures.gate.synth import private_index
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
+from microbench.gate import index as gate_index
 from microbench.gate.load import load_table
+from microbench.gate.scan import ScanNotes
 
 sys.path.insert(0, str(REPO / "scripts"))
 import gate_nightlies as nightlies  # noqa: E402
@@ -108,6 +110,53 @@ def test_the_index_is_used_until_a_file_changes(template, tmp_path, capsys):
     assert len(again.runs) == len(first.runs) + 1 and len(again) == len(first) + 4
     np_first, np_again = first.latency["p50"], again.latency["p50"]
     assert list(np_again[:len(np_first)]) == list(np_first)
+
+
+class CountedPool(gate_index.ProcessPoolExecutor):
+    """The reader's pool, counted: proof that worker processes decoded the files."""
+
+    started = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).started += 1
+        super().__init__(*args, **kwargs)
+
+
+def test_worker_processes_read_what_one_process_reads(template, tmp_path, monkeypatch):
+    files = nights(template, tmp_path / "year", 3 * gate_index.PARALLEL_FROM, night_sigma=0.03)
+    monkeypatch.setattr(gate_index, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setenv("MICROBENCH_READ_WORKERS", "1")
+    monkeypatch.setenv("MICROBENCH_INDEX", "off")
+    one = load_table([tmp_path / "year"])
+    assert CountedPool.started == 0
+    monkeypatch.setenv("MICROBENCH_READ_WORKERS", "2")
+    monkeypatch.setenv("MICROBENCH_INDEX", str(tmp_path / "index"))
+    two = load_table([tmp_path / "year"])
+    assert CountedPool.started == 1
+    assert [r.run_id for r in two.runs] == [r.run_id for r in one.runs] and len(one.runs) == len(files)
+    assert two.configs == one.configs and list(two.config) == list(one.config)
+    for stat in one.latency:
+        assert two.latency[stat].tobytes() == one.latency[stat].tobytes()
+    # the workers wrote the index: a second read decodes nothing and starts no worker
+    reader = gate_index.PartReader(ScanNotes())
+    assert len(list(reader.parts(files))) == len(files) and reader.notes.cached == len(files)
+    assert CountedPool.started == 1
+
+
+def test_a_worker_error_is_the_same_usage_error(template, tmp_path, monkeypatch):
+    files = nights(template, tmp_path / "year", 2 * gate_index.PARALLEL_FROM)
+    lines = files[5].read_text().splitlines()
+    run = json.loads(lines[0])
+    run["schema"] = 99
+    files[5].write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
+    monkeypatch.setenv("MICROBENCH_INDEX", "off")
+    monkeypatch.setenv("MICROBENCH_READ_WORKERS", "2")
+    with pytest.raises(UsageError, match=f"{files[5]}: record schema 99 is newer"):
+        load_table([tmp_path / "year"])
+    monkeypatch.setenv("MICROBENCH_READ_WORKERS", "none")
+    with pytest.raises(UsageError, match="MICROBENCH_READ_WORKERS='none': expected a whole number"):
+        load_table([tmp_path / "year"])
+    files[5].unlink()  # (the suite's schema check reads every *.jsonl under the test folders)
 
 
 # ------------------------------------------------------------------------------------ steps in history

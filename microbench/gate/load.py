@@ -35,8 +35,8 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     reader = PartReader(notes)
     gc.disable()  # decoded records hold no cycles; the collector would walk every one of them again and again
     try:
-        for path in jsonl_paths(paths):
-            builder.add(reader.read(path), str(path))
+        for path, part in reader.parts(jsonl_paths(paths)):
+            builder.add(part, str(path))
     finally:
         gc.enable()
     table = builder.table()
