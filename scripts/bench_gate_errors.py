@@ -19,9 +19,10 @@
      k = 4 and 8), or alternate runs of a block (interleaved); a whole comparison is a false alarm when
      it reports any REGRESSION (compare exits 1);
    - power: the k normal runs before a slowed block against its first k (sequential), or k alternating
-     pairs: the share of allreduce configurations flagged REGRESSION, per slowed variant, with the
-     slowdown the pool actually shows for it (median of slowed / median of normal runs, geometric mean
-     over sizes).
+     pairs: ``caught``, the share of comparisons in which at least one slowed (allreduce) configuration is
+     judged REGRESSION, and ``rows``, the share of allreduce configurations judged REGRESSION, per slowed
+     variant, with the slowdown the pool actually shows for it (median of slowed / median of normal runs,
+     geometric mean over sizes).
 
    Per verdict (REGRESSION, regression?, noise, ok, improved) the share of configurations, and per
    comparison the share that failed. Also: the lag-1 correlation of back-to-back runs (each
@@ -121,7 +122,7 @@ def blocks_of(runs: list[dict]) -> list[tuple[str, str, list[dict]]]:
 def comparisons(runs: list[dict]) -> list[dict]:
     """The comparisons the pool allows: kind, k, baseline and new runs. False alarms: disjoint windows of
     2k back-to-back normal runs (first k against next k), or k alternating pairs of normal runs; power:
-    the k normal runs just before a slowed block against its first k (or k interleaved pairs)."""
+    the k normal runs just before a slowed block against its first k (or disjoint windows of k normal/slowed pairs)."""
     out = []
     blocks = blocks_of(runs)
     for index, (mode, variant, members) in enumerate(blocks):
@@ -146,9 +147,10 @@ def comparisons(runs: list[dict]) -> list[dict]:
                     pairs.setdefault(run["variant"], []).append((before, run))
             for variant, found in pairs.items():
                 for k in (4, 8):
-                    if len(found) >= k:
+                    for w in range(0, len(found) - k + 1, k):  # disjoint windows of k pairs
+                        window = found[w:w + k]
                         out.append({"kind": f"power {variant}, interleaved", "k": k, "variant": variant,
-                                    "base": [a for a, _ in found[:k]], "new": [b for _, b in found[:k]]})
+                                    "base": [a for a, _ in window], "new": [b for _, b in window]})
     return out
 
 
@@ -216,9 +218,12 @@ def analyze(pool: Path, sources: dict[str, Path], extra: list[str], out_json: Pa
         for comp in comparisons(runs):
             result = judge(src, comp, extra)
             t = tally.setdefault((comp["kind"], comp["k"]), {"comparisons": 0, "failed": 0, "verdicts": {},
-                                                               "flagged_slowed": 0, "slowed": 0})
+                                                               "flagged_slowed": 0, "slowed": 0,
+                                                               "caught": 0})
             t["comparisons"] += 1
             t["failed"] += result["exit_status"] == 1
+            t["caught"] += any(row["verdict"] == "regression" and row["config"]["benchmark"] == "allreduce"
+                               for row in result["rows"])
             for row in result["rows"]:
                 cfg = row["config"]
                 if comp["kind"].startswith("power") and cfg["benchmark"] != "allreduce":
@@ -230,7 +235,8 @@ def analyze(pool: Path, sources: dict[str, Path], extra: list[str], out_json: Pa
         for (kind, k), t in sorted(tally.items()):
             total = sum(t["verdicts"].values()) or 1
             shares = " ".join(f"{v}={t['verdicts'].get(v, 0) / total:.2f}" for v in VERDICTS)
-            power = f" detected={t['flagged_slowed'] / t['slowed']:.2f}" if t["slowed"] else ""
+            power = (f" caught={t['caught'] / t['comparisons']:.2f} rows={t['flagged_slowed'] / t['slowed']:.2f}"
+                     if t["slowed"] else "")
             print(f"{name:>7}  {kind:<26} {k}+{k}  n={t['comparisons']:>3}  failed={t['failed'] / t['comparisons']:.2f}"
                   f"{power}  {shares}")
             figures.append({"source": name, "kind": kind, "k": k, **t})
