@@ -189,7 +189,8 @@ def main() -> int:
     ap.add_argument("--sweep-launches", type=int, default=3, help="timed default sweeps (default 3)")
     ap.add_argument("--same-launch", type=int, default=5,
                     help="launches of same_launch.py, the loops alternating inside one launch (default 5; 0: none)")
-    ap.add_argument("--blocks", type=int, default=20, help="blocks per size in each same-launch run (default 20)")
+    ap.add_argument("--blocks", type=int, default=24,
+                    help="blocks per size in each same-launch run (default 24: each of the six loop orders 4 times)")
     ap.add_argument("--same-launch-benchmarks", default=",".join(SAME_LAUNCH_BENCHMARKS),
                     help="benchmarks of the same-launch part (default latency,allreduce,iallreduce)")
     ap.add_argument("--json", help="also write the figures here (rewritten as each part finishes)")

@@ -5,7 +5,7 @@
 On a small VM the latency of a small message changes between launches (where the host places the two
 vCPUs), so two launches differ by more than the loops do. Here one launch runs, per benchmark (latency,
 allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait back to back, a non-blocking benchmark's t_pure) and
-size, N blocks; each block runs, in a shuffled order, the C reference's own loop
+size, N blocks; each block runs, in one of the six orders (blocks take them in turn), the C reference's own loop
 (``reference_measure`` from reference.c built as a shared object, called through ctypes: one interval over
 all iterations), microbench's native loop and its Python loop through the C call shim
 (``NativeLoop.run`` and ``ShimPythonLoop.run``, the timed loops microbench's engine calls, on buffers from
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import random
 import statistics
@@ -33,6 +34,9 @@ from microbench.buffers import HostRegion
 
 WARMUP = 200
 BENCHMARKS = ("latency", "allreduce", "iallreduce")
+#: every order of the three loops; blocks take them in turn, so that each loop runs first, second and third
+#: equally often (with a multiple of 6 blocks) and no loop gains from its place in a block
+ORDERS = tuple(itertools.permutations(("c", "native", "python")))
 
 
 def iterations_for(nbytes: int) -> int:
@@ -43,7 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reference_so", help="reference.c built with -shared -fPIC -Dmain=reference_main")
     ap.add_argument("sizes", help="bytes, comma-separated")
-    ap.add_argument("--blocks", type=int, default=20, help="blocks per size (default 20)")
+    ap.add_argument("--blocks", type=int, default=24, help="blocks per size (default 24: each loop order 4 times)")
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help=f"comma list (default {','.join(BENCHMARKS)})")
     args = ap.parse_args()
 
@@ -58,7 +62,7 @@ def main() -> int:
     version = MPI.Get_library_version()
     loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), version)),
              "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
-    rng = random.Random(7)  # the same order on every rank
+    rng = random.Random(7)  # the same orders on every rank
 
     for bench in args.benchmarks.split(","):
         for nbytes in (int(x) for x in args.sizes.split(",")):
@@ -74,10 +78,9 @@ def main() -> int:
                                          recv=recv.view(0, nbytes // 4, np.dtype(np.float32)), count=nbytes // 4, MPI=MPI)
             prepared = {name: loop.prepare([call]) for name, loop in loops.items()}
             figures: dict[str, list[float]] = {"c": [], "native": [], "python": []}
-            for _ in range(args.blocks):
-                order = ["c", "native", "python"]
-                rng.shuffle(order)
-                for name in order:
+            first = rng.randrange(len(ORDERS))
+            for block in range(args.blocks):
+                for name in ORDERS[(first + block) % len(ORDERS)]:
                     if name == "c":
                         figure = reference.reference_measure(bench.encode(), nbytes, iters, WARMUP, rank, size)
                     else:
