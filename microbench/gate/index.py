@@ -11,7 +11,7 @@ Where: ``$MICROBENCH_INDEX`` (a folder), else ``$XDG_CACHE_HOME/microbench/index
 ``MICROBENCH_INDEX=off`` reads the JSONL files every time. A folder that cannot be written to is
 skipped silently: the tools then read the JSONL files, as they would without an index.
 
-Decoding is the cold read's cost (about 5 s of CPU per GB of JSONL even with msgspec skipping what it does
+Decoding is the cold read's cost (about 6 s of CPU per GB of JSONL even with msgspec skipping what it does
 not need, then the part is built and written). When ``PARALLEL_FROM`` or more files are left to read and one
 is not in the index, files not in the index are decoded by worker processes (one per CPU this process may
 run on, at most ``MAX_WORKERS``; ``$MICROBENCH_READ_WORKERS`` sets the number, 1 reads in this process), a
@@ -29,16 +29,16 @@ import os
 import tempfile
 import threading
 from collections import deque
-from dataclasses import dataclass
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import msgspec
 
+from microbench.errors import UsageError
 from microbench.gate.keys import KEY_FIELDS
 from microbench.gate.parts import FilePart, PartMaker
-from microbench.errors import UsageError
 from microbench.gate.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
 
@@ -191,7 +191,6 @@ class PartReader:
         except (OSError, msgspec.DecodeError):
             return None
         return part if part.stamp == stamp else None
-
 
 
 def _store(entry: Path, data: bytes) -> bool:
