@@ -261,6 +261,9 @@ COLLECTIVES: dict[str, Collective] = {
                         IALLREDUCE, IALLGATHER, IREDUCE_SCATTER, IBROADCAST, IREDUCE, IALLTOALL)
 }
 
+#: The blocking benchmarks, in order (every one but the non-blocking ``i*`` collectives).
+BLOCKING = tuple(name for name, c in COLLECTIVES.items() if not c.nonblocking)
+
 #: What ``microbench run`` with no benchmark list runs (the six core benchmarks).
 DEFAULT_BENCHMARKS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw")
 

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from microbench.collectives import COLLECTIVES
+from microbench.collectives import BLOCKING
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "specs" / "nightly-2rank.toml"
@@ -64,8 +64,7 @@ def real_run(work: Path) -> Path:
     """One real 2-rank sweep of every benchmark, 1 B to 1 MiB."""
     out = work / "template.jsonl"
     if not out.exists():
-        blocking = [name for name, c in COLLECTIVES.items() if not c.nonblocking]
-        cmd = [sys.executable, "-m", "microbench", "run", "--np", "2", *blocking, "-m", "1:1M", "--out", str(out)]
+        cmd = [sys.executable, "-m", "microbench", "run", "--np", "2", *BLOCKING, "-m", "1:1M", "--out", str(out)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return out
 
@@ -118,10 +117,13 @@ def tree_pss_mb(pid: int) -> float:
     return total * 1024 / 1e6
 
 
-def measure(cmd: list[str], timeout: float, index: Path | None) -> tuple[float, float, int, float, float]:
+def measure(cmd: list[str], timeout: float, index: Path | None,
+            read_workers: str = "") -> tuple[float, float, int, float, float]:
     """(wall seconds, peak RSS MB, exit status, CPU seconds, peak summed Pss MB of the process tree) of one
-    process; wall inf past ``timeout``. ``index``: the folder of the reader's index (None: the index off)."""
-    env = {**os.environ, "MICROBENCH_INDEX": str(index) if index else "off"}
+    process; wall inf past ``timeout``. ``index``: the folder of the reader's index (None: the index off);
+    ``read_workers``: ``MICROBENCH_READ_WORKERS`` ("" for the reader's own choice)."""
+    env = {**os.environ, "MICROBENCH_INDEX": str(index) if index else "off",
+           "MICROBENCH_READ_WORKERS": read_workers}
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = start + timeout
@@ -164,9 +166,8 @@ def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: 
                     for setting in workers:
                         if state == "cold":
                             shutil.rmtree(index, ignore_errors=True)
-                        os.environ["MICROBENCH_READ_WORKERS"] = setting
-                        runs[setting].append(measure(verb_command(verb, folder, Path(tmp)), timeout, index))
-                os.environ.pop("MICROBENCH_READ_WORKERS", None)
+                        runs[setting].append(measure(verb_command(verb, folder, Path(tmp)), timeout, index,
+                                                     setting))
                 for setting, got in runs.items():
                     walls = [g[0] for g in got]
                     wall = statistics.median(walls)

@@ -121,10 +121,6 @@ class PartReader:
         self.folder = index_dir()
         self.writable = self.folder is not None
 
-    def read(self, path: Path) -> FilePart:
-        """One file's part."""
-        return next(self.parts([path]))[1]
-
     def parts(self, paths: Iterable[Path]) -> Iterator[tuple[Path, FilePart]]:
         """(file, part) of each file, in the order given; see the module's text for when workers decode."""
         paths = list(paths)
@@ -133,6 +129,7 @@ class PartReader:
         writes: deque[Future] = deque()
         ahead: deque[_Slot] = deque()  #: files read or being read, in order
         batch: list[_Slot] = []  #: files for the next worker task
+        workers: int | None = None  #: decided at the first file to decode with PARALLEL_FROM or more left
         window = 1
         try:
             for index, path in enumerate(paths):
@@ -141,10 +138,11 @@ class PartReader:
                 slot.part = self._cached(entry, slot.stamp) if entry else None
                 if slot.part is not None:
                     self.notes.cached += 1
-                elif pool is None and writer is None and len(paths) - index >= PARALLEL_FROM and \
-                        (workers := read_workers()) > 1:
-                    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-                    window = workers * LOOKAHEAD * BATCH
+                elif workers is None and len(paths) - index >= PARALLEL_FROM:
+                    workers = read_workers()
+                    if workers > 1:
+                        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+                        window = workers * LOOKAHEAD * BATCH
                 if slot.part is None and pool is not None:
                     slot.entry = str(entry) if entry and self.writable else None
                     batch.append(slot)
@@ -154,7 +152,7 @@ class PartReader:
                     slot.part = self.maker.make(decode_file(path), slot.stamp)
                     if entry and self.writable:
                         writer = writer or ThreadPoolExecutor(1, thread_name_prefix="microbench-index")
-                        writes.append(writer.submit(self._store, entry, _ENCODER.encode(slot.part)))
+                        writes.append(writer.submit(self._write_entry, entry, _ENCODER.encode(slot.part)))
                         while len(writes) > PENDING_WRITES:
                             writes.popleft().result()
                 ahead.append(slot)
@@ -172,7 +170,8 @@ class PartReader:
             if writer is not None:
                 writer.shutdown(wait=True)  # every entry on disk before the caller goes on
 
-    def _store(self, entry: Path, data: bytes) -> None:
+    def _write_entry(self, entry: Path, data: bytes) -> None:
+        """(In the writer thread.) Store an entry; a folder that cannot be written to is not tried again."""
         if self.writable and not _store(entry, data):
             self.writable = False
 

@@ -13,7 +13,7 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from microbench.collectives import COLLECTIVES
+from microbench.collectives import BLOCKING
 from microbench.errors import UsageError
 from microbench.gate.keys import FIELD_TYPES
 from microbench.reframe import verdicts
@@ -38,7 +38,7 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
 
     #: Benchmark to run (every blocking benchmark of ``microbench run``; a site test may name the non-blocking
     #: ones, whose latency variables are t_pure).
-    benchmark = parameter([name for name, c in COLLECTIVES.items() if not c.nonblocking], loggable=True)
+    benchmark = parameter(list(BLOCKING), loggable=True)
     #: Size sweep in ``microbench run -m`` form.
     sizes = parameter(["8:1M"], loggable=True)
     #: microbench backend: ``mpi`` or ``torch``.
