@@ -28,10 +28,11 @@ median over launches.
 
 Then, to show the loops' own cost without the launch-to-launch noise, it runs
 scripts/native_reference/same_launch.py ``--same-launch`` times: the C reference's loop (reference.c built
-as a shared object) and microbench's native and Python loops alternating in blocks inside one launch
-(latency, allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait, the t_pure of the non-blocking benchmarks);
-the figure per launch is the mean over blocks of the ratio within a block, and the report gives the
-median over launches.
+as a shared object), the same reference built a second time into its own library (``c-again``: its ratio
+to C is what the measure resolves) and microbench's native and Python loops alternating in blocks inside one
+launch (latency, allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait, the t_pure of the non-blocking
+benchmarks); the figure per launch is the mean over blocks of the ratio within a block, and the report gives
+the median over launches.
 
     python scripts/bench_overhead.py --launches 21 [--same-launch 9] [--json out.json]
     python scripts/bench_overhead.py --launches 0 --sweep-launches 0 --same-launch 9   # the same-launch part only
@@ -101,22 +102,22 @@ def run(cmd, env) -> str:
     return out.stdout
 
 
-def build_reference(tmp: Path, lib, shared: bool = False) -> Path:
-    """reference.c built with the MPI's mpicc: the program, or (``shared``) a library exporting
-    ``reference_measure`` for same_launch.py."""
+def build_reference(tmp: Path, lib, shared: bool = False, name: str = "reference") -> Path:
+    """reference.c built with the MPI's mpicc into ``tmp/name``: the program, or (``shared``) a library
+    exporting ``reference_measure`` for same_launch.py."""
     from microbench.native import find_mpicc
 
-    target = tmp / ("reference.so" if shared else "reference")
+    target = tmp / (f"{name}.so" if shared else name)
     flags = ["-fPIC", "-shared", "-Dmain=reference_main"] if shared else []
     subprocess.run([find_mpicc(lib.prefix), "-O2", *flags, "-o", str(target),
                     str(HERE / "native_reference" / "reference.c")], check=True)
     return target
 
 
-def measure_same_launch(so, prefix, env, blocks: int, benchmarks: str) -> dict[tuple[str, int], dict]:
-    """One launch of same_launch.py; (benchmark, size) -> its JSON line."""
+def measure_same_launch(so, again, prefix, env, blocks: int, benchmarks: str) -> dict[tuple[str, int], dict]:
+    """One launch of same_launch.py with the c-again loop; (benchmark, size) -> its JSON line."""
     text = run([*prefix, sys.executable, str(HERE / "native_reference" / "same_launch.py"), str(so), sizes_arg(),
-                "--blocks", str(blocks), "--benchmarks", benchmarks], env)
+                "--again", str(again), "--blocks", str(blocks), "--benchmarks", benchmarks], env)
     return {(row["benchmark"], row["size_bytes"]): row for row in json_lines_rows(text)}
 
 
@@ -190,7 +191,7 @@ def main() -> int:
     ap.add_argument("--same-launch", type=int, default=5,
                     help="launches of same_launch.py, the loops alternating inside one launch (default 5; 0: none)")
     ap.add_argument("--blocks", type=int, default=24,
-                    help="blocks per size in each same-launch run (default 24: each of the six loop orders 4 times)")
+                    help="blocks per size in each same-launch run (default 24: each of the 24 orders of its four loops once)")
     ap.add_argument("--same-launch-benchmarks", default=",".join(SAME_LAUNCH_BENCHMARKS),
                     help="benchmarks of the same-launch part (default latency,allreduce,iallreduce)")
     ap.add_argument("--json", help="also write the figures here (rewritten as each part finishes)")
@@ -213,7 +214,8 @@ def main() -> int:
         if args.same_launch > 0:
             try:
                 so = build_reference(tmp, lib, shared=True)
-                launches = [measure_same_launch(so, prefix, env, args.blocks, args.same_launch_benchmarks)
+                again = build_reference(tmp, lib, shared=True, name="reference-again")
+                launches = [measure_same_launch(so, again, prefix, env, args.blocks, args.same_launch_benchmarks)
                             for _ in range(args.same_launch)]
             except (SystemExit, subprocess.CalledProcessError) as exc:  # keep the paired figures
                 print(f"\nsame launch: failed ({exc}); the paired figures above stand", file=sys.stderr)
@@ -290,8 +292,8 @@ def print_same_launch(launches: list[dict], blocks: int, benchmarks: list[str]) 
           f"median over launches of the mean ratio within a block")
     print()
     print("| benchmark | size (B) | C (us) | native (us) | python (us) | native / C | python / C | "
-          "native / C, median of blocks | native / C per launch |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+          "native / C, median of blocks | native / C per launch | c-again / C | c-again / C per launch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
     out = []
     for bench in benchmarks:
         for size in SIZES:
@@ -300,11 +302,14 @@ def print_same_launch(launches: list[dict], blocks: int, benchmarks: list[str]) 
             ratio = {v: statistics.median(r["ratio_to_c"][v] for r in rows) for v in ("native", "python")}
             robust = statistics.median(r["ratio_to_c_median"]["native"] for r in rows)
             per_launch = [r["ratio_to_c"]["native"] for r in rows]
+            again = [r["ratio_to_c"]["c-again"] for r in rows]
+            ratio["c-again"] = statistics.median(again)
             out.append({"benchmark": bench, "size_bytes": size, "median_us": med, "ratio_to_c": ratio,
                         "launches": rows})
             print(f"| {bench} | {size} | {med['c']:.3f} | {med['native']:.3f} | {med['python']:.3f} | "
                   f"{ratio['native']:.3f} | {ratio['python']:.3f} | {robust:.3f} | "
-                  f"{', '.join(f'{x:.3f}' for x in per_launch)} |")
+                  f"{', '.join(f'{x:.3f}' for x in per_launch)} | {ratio['c-again']:.3f} | "
+                  f"{', '.join(f'{x:.3f}' for x in again)} |")
     sys.stdout.flush()
     return out
 

@@ -1,15 +1,18 @@
 """The C reference and microbench's loops in the same two processes, alternating: their cost without launch noise.
 
-    mpiexec -n 2 python same_launch.py REFERENCE_SO SIZES [--blocks N]
+    mpiexec -n 2 python same_launch.py REFERENCE_SO SIZES [--again REFERENCE_SO_2] [--blocks N]
 
 On a small VM the latency of a small message changes between launches (where the host places the two
 vCPUs), so two launches differ by more than the loops do. Here one launch runs, per benchmark (latency,
 allreduce, and iallreduce: MPI_Iallreduce + MPI_Wait back to back, a non-blocking benchmark's t_pure) and
-size, N blocks; each block runs, in one of the six orders (blocks take them in turn), the C reference's own loop
-(``reference_measure`` from reference.c built as a shared object, called through ctypes: one interval over
-all iterations), microbench's native loop and its Python loop through the C call shim
+size, N blocks; each block runs, in one of the orders of its loops (blocks take them in turn), the C
+reference's own loop (``reference_measure`` from reference.c built as a shared object, called through ctypes:
+one interval over all iterations), microbench's native loop and its Python loop through the C call shim
 (``NativeLoop.run`` and ``ShimPythonLoop.run``, the timed loops microbench's engine calls, on buffers from
-microbench's page-aligned ``HostRegion``). Every block has its own barrier and warmup. A loop's figure is
+microbench's page-aligned ``HostRegion``) and, with ``--again``, ``c-again``: the same reference.c built a
+second time into a library of its own. c-again runs the very code of the reference from another place in
+memory, as the native loop does, so its ratio to C is the resolution of the measure: what neither loop's
+code makes (ideally 1.000). Every block has its own barrier and warmup. A loop's figure is
 the mean over blocks of its mean latency (half the round trip for latency; the mean across ranks for
 allreduce and iallreduce, as reference.c), and its ratio to C the mean over blocks of the ratio within a block;
 ``ratio_to_c_median`` is the median over blocks of that ratio, which the few blocks a descheduled rank stalls
@@ -34,20 +37,33 @@ from microbench.buffers import HostRegion
 
 WARMUP = 200
 BENCHMARKS = ("latency", "allreduce", "iallreduce")
-#: every order of the three loops; blocks take them in turn, so that each loop runs first, second and third
-#: equally often (with a multiple of 6 blocks) and no loop gains from its place in a block
-ORDERS = tuple(itertools.permutations(("c", "native", "python")))
+
+
+def orders(loops: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Every order of the loops; blocks take them in turn, so that each loop runs at each place in a block
+    equally often (with a multiple of len(loops)! blocks) and no loop gains from its place."""
+    return tuple(itertools.permutations(loops))
 
 
 def iterations_for(nbytes: int) -> int:
     return 5000 if nbytes <= 4096 else 1000
 
 
+def load_reference(path: str):
+    """reference_measure of a shared build of reference.c."""
+    measure = ctypes.CDLL(path).reference_measure
+    measure.restype = ctypes.c_double
+    measure.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    return measure
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reference_so", help="reference.c built with -shared -fPIC -Dmain=reference_main")
     ap.add_argument("sizes", help="bytes, comma-separated")
-    ap.add_argument("--blocks", type=int, default=24, help="blocks per size (default 24: each loop order 4 times)")
+    ap.add_argument("--again", help="reference.c built a second time (its own file): adds the c-again loop")
+    ap.add_argument("--blocks", type=int, default=24,
+                    help="blocks per size (default 24: each order of 3 loops 4 times, of 4 loops once)")
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help=f"comma list (default {','.join(BENCHMARKS)})")
     args = ap.parse_args()
 
@@ -55,10 +71,11 @@ def main() -> int:
     lib = library(MPI)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    reference = ctypes.CDLL(args.reference_so)
-    reference.reference_measure.restype = ctypes.c_double
-    reference.reference_measure.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int, ctypes.c_int,
-                                            ctypes.c_int, ctypes.c_int]
+    references = {"c": load_reference(args.reference_so)}
+    if args.again:
+        references["c-again"] = load_reference(args.again)
+    names = (*references, "native", "python")
+    block_orders = orders(names)
     version = MPI.Get_library_version()
     loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), version)),
              "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
@@ -77,12 +94,12 @@ def main() -> int:
                 call = native.NativeCall(bench, comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
                                          recv=recv.view(0, nbytes // 4, np.dtype(np.float32)), count=nbytes // 4, MPI=MPI)
             prepared = {name: loop.prepare([call]) for name, loop in loops.items()}
-            figures: dict[str, list[float]] = {"c": [], "native": [], "python": []}
-            first = rng.randrange(len(ORDERS))
+            figures: dict[str, list[float]] = {name: [] for name in names}
+            first = rng.randrange(len(block_orders))
             for block in range(args.blocks):
-                for name in ORDERS[(first + block) % len(ORDERS)]:
-                    if name == "c":
-                        figure = reference.reference_measure(bench.encode(), nbytes, iters, WARMUP, rank, size)
+                for name in block_orders[(first + block) % len(block_orders)]:
+                    if name in references:
+                        figure = references[name](bench.encode(), nbytes, iters, WARMUP, rank, size)
                     else:
                         comm.Barrier()
                         durations = loops[name].run(prepared[name], WARMUP + iters)[WARMUP:]
@@ -94,7 +111,7 @@ def main() -> int:
                             figure = total / size if rank == 0 else 0.0
                     figures[name].append(figure)
             if rank == 0:
-                per_block = {name: [v / c for v, c in zip(figures[name], figures["c"])] for name in ("native", "python")}
+                per_block = {name: [v / c for v, c in zip(figures[name], figures["c"])] for name in names[1:]}
                 ratios = {name: statistics.mean(r) for name, r in per_block.items()}
                 medians = {name: statistics.median(r) for name, r in per_block.items()}
                 print(json.dumps({"benchmark": bench, "size_bytes": nbytes, "blocks": args.blocks, "iterations": iters,
