@@ -39,12 +39,6 @@ WARMUP = 200
 BENCHMARKS = ("latency", "allreduce", "iallreduce")
 
 
-def orders(loops: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
-    """Every order of the loops; blocks take them in turn, so that each loop runs at each place in a block
-    equally often (with a multiple of len(loops)! blocks) and no loop gains from its place."""
-    return tuple(itertools.permutations(loops))
-
-
 def iterations_for(nbytes: int) -> int:
     return 5000 if nbytes <= 4096 else 1000
 
@@ -75,7 +69,9 @@ def main() -> int:
     if args.again:
         references["c-again"] = load_reference(args.again)
     names = (*references, "native", "python")
-    block_orders = orders(names)
+    # every order of the loops; blocks take them in turn, so that each loop runs at each place in a block
+    # equally often (with a multiple of len(names)! blocks) and no loop gains from its place
+    block_orders = tuple(itertools.permutations(names))
     version = MPI.Get_library_version()
     loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), version)),
              "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
