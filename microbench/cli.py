@@ -12,22 +12,23 @@ import os
 import sys
 import traceback
 
-from microbench import __version__, launch
+from microbench import __version__
+from microbench.cluster import launch
 from microbench.errors import RunError, UsageError
 
 #: verb -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> int, and its
 #: ``HELP`` (else its docstring) is the verb's --help text; ``args._argv`` holds the command's arguments as
 #: typed (after the program name).
 VERBS = {
-    "run": ("microbench.runner", "measure benchmarks over a size sweep"),
+    "run": ("microbench.run.driver", "measure benchmarks over a size sweep"),
     "workload": ("microbench.workload.cli", "message-size distributions of LLM training, and their cost"),
     "check": ("microbench.gate.check_cli", "judge results against an acceptance spec (pass/fail)"),
     "compare": ("microbench.gate.compare_cli", "compare new results against baseline runs"),
     "history": ("microbench.gate.history_cli", "latency over time across many runs"),
     "import": ("microbench.importers.cli", "read OMB and nccl-tests output as microbench records"),
-    "plot": ("microbench.plot", "latency and bandwidth figures from results"),
-    "report": ("microbench.htmlreport.cli", "one self-contained HTML page of results, verdicts and history"),
-    "info": ("microbench.info", "what this machine, MPI and torch offer"),
+    "plot": ("microbench.plotting.cli", "latency and bandwidth figures from results"),
+    "report": ("microbench.report.cli", "one self-contained HTML page of results, verdicts and history"),
+    "info": ("microbench.cluster.info_cli", "what this machine, MPI and torch offer"),
 }
 
 
@@ -84,7 +85,7 @@ def _abort_job(exc: BaseException) -> int:
 
 def _leave_torch_distributed() -> None:
     """On an error every rank shares: leave torch.distributed (no barrier: the ranks may be anywhere)."""
-    from microbench.world import leave_torch_distributed
+    from microbench.cluster.world import leave_torch_distributed
 
     try:
         leave_torch_distributed(barrier=False)
@@ -96,8 +97,8 @@ def _collective_usage_error(argv: list[str], exc: UsageError) -> None:
     """Under a launcher, a parse error on some ranks must reach the others (which may parse fine)."""
     if not (argv and argv[0] == "run" and launch.discover().under_launcher):
         return
-    from microbench import agree
-    from microbench.world import init_world
+    from microbench.cluster import agree
+    from microbench.cluster.world import init_world
 
     world = init_world()
     agree.raise_if_any(world.reducer, exc)

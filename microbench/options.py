@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from microbench.cache import last_level_cache_bytes
-from microbench.collectives import COLLECTIVES, DEFAULT_BENCHMARKS, Collective, get_collective
-from microbench.dtypes import OPS, DType, get_dtype
-from microbench.errors import UsageError
-from microbench.sizes import parse_size, parse_sizes
-
 import microbench
+from microbench.benchmarks.dtypes import OPS, DType, get_dtype
+from microbench.benchmarks.table import BISECT, COLLECTIVES, DEFAULT_BENCHMARKS, PAIRS, Collective, get_collective
+from microbench.errors import UsageError
+from microbench.units import parse_duration, parse_size, parse_sizes
 
 DEFAULT_SIZES = "1:1M"
 
@@ -82,7 +80,7 @@ class RunOptions:
         """The options of ``microbench run``, checked (a UsageError names the first bad one)."""
         by_benchmark = _workload_sizes(args)
         benchmarks, named = _benchmark_names(args.benchmarks or list(DEFAULT_BENCHMARKS))
-        pairs = PAIRS_NAME in named
+        pairs = PAIRS in named
         sizes = sorted({x for v in by_benchmark.values() for x in v}) if by_benchmark else \
             parse_sizes(args.sizes or DEFAULT_SIZES)
         pair_sizes = (min(sizes), max(sizes)) if args.sizes else (8, 1 << 20)
@@ -102,7 +100,7 @@ class RunOptions:
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
                    gpus_per_node=args.gpus_per_node, reduce_scatter_call=args.reduce_scatter_call,
-                   **_diagnostic_options(args, BISECT_NAME in named), **_overlap_options(args, benchmarks))
+                   **_diagnostic_options(args, BISECT in named), **_overlap_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -115,7 +113,7 @@ def _workload_sizes(args) -> dict[str, list[int]] | None:
         return None
     if args.sizes:
         raise UsageError("-m/--sizes and --sizes-from both choose the sizes; give one")
-    from microbench.workload import sizes_for_benchmarks
+    from microbench.benchmarks.workload_sizes import sizes_for_benchmarks
 
     by_benchmark = sizes_for_benchmarks(args.sizes_from)
     if not args.benchmarks:
@@ -124,13 +122,12 @@ def _workload_sizes(args) -> dict[str, list[int]] | None:
         key = name.lower().replace("-", "_")
         if key in COLLECTIVES and COLLECTIVES[key].nonblocking and key[1:] in by_benchmark:
             by_benchmark.setdefault(key, by_benchmark[key[1:]])
-    missing = [b for b in args.benchmarks if b not in by_benchmark and b not in (PAIRS_NAME, BISECT_NAME)]
+    missing = [b for b in args.benchmarks if b not in by_benchmark and b not in (PAIRS, BISECT)]
     if missing:
         raise UsageError(f"the workload {args.sizes_from} has no messages for {', '.join(missing)}")
     return by_benchmark
 
 
-PAIRS_NAME, BISECT_NAME = "pairs", "bisect"  #: the names of the pairwise link test and of bisection
 
 
 def _benchmark_names(names: list[str]) -> tuple[list[str], set[str]]:
@@ -139,7 +136,7 @@ def _benchmark_names(names: list[str]) -> tuple[list[str], set[str]]:
         names = list(COLLECTIVES)
     benchmarks, named = [], set()
     for name in names:
-        if name.lower() in (PAIRS_NAME, BISECT_NAME):
+        if name.lower() in (PAIRS, BISECT):
             named.add(name.lower())
             continue
         coll = get_collective(name)
@@ -150,7 +147,6 @@ def _benchmark_names(names: list[str]) -> tuple[list[str], set[str]]:
 
 def _diagnostic_options(args, bisect: bool) -> dict:
     """The bisection, soak and straggler-column options, checked."""
-    from microbench.soak import parse_duration
 
     bisect_coll = get_collective(args.bisect_benchmark)
     if bisect_coll.point_to_point:
@@ -284,9 +280,6 @@ def dtype_for(opts: RunOptions, coll: Collective) -> DType:
     return get_dtype(opts.dtype or coll.default_dtype)
 
 
-def cache_bytes_for(opts: RunOptions) -> int | None:
-    """The cache size cold mode and --flush work against: --cache-size, else the detected LLC."""
-    return opts.cache_size or last_level_cache_bytes()
 
 
 def counts_for(opts: RunOptions, coll: Collective, size_bytes: int) -> tuple[int, int]:

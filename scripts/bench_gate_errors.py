@@ -52,8 +52,8 @@ HERE = Path(__file__).resolve().parent
 
 def build_shim(out: Path) -> Path:
     """slow_mpi/slow_allreduce.c built with the mpicc of the MPI microbench loads."""
-    from microbench.backends.mpi import import_mpi, library
-    from microbench.native import find_mpicc
+    from microbench.cluster.mpi_runtime import import_mpi, library
+    from microbench.measure.native.toolchain import find_mpicc
 
     lib = library(import_mpi(initialize=False))
     target = out / "slow_allreduce.so"

@@ -10,7 +10,7 @@ and peak resident memory (MB = 1e6 B) per reader:
 - ``orjson``: the same with orjson.loads (if installed);
 - ``msgspec``: msgspec decodes each file into structs holding only those fields (skipping the rest);
 - ``duckdb``: DuckDB's read_ndjson over the folder with an explicit column list (if installed);
-- ``microbench``: ``microbench.gate.load.load_table`` itself, index off (cold) and on (warm, second run).
+- ``microbench``: ``microbench.results.load.load_table`` itself, index off (cold) and on (warm, second run).
 
     python scripts/bench_gate_readers.py FOLDER [--readers stdlib msgspec ...]
 """
@@ -95,7 +95,7 @@ def read_duckdb(folder: str) -> int:
 
 
 def read_microbench(folder: str) -> int:
-    from microbench.gate.load import load_table
+    from microbench.results.load import load_table
 
     return len(load_table([folder], stats=["p50"]))
 

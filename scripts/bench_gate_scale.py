@@ -20,7 +20,7 @@ the verb and its workers, the median: what the verb costs when the machine's oth
 of the wall time), MB/s = the folder's JSONL bytes / wall seconds, peak memory = the largest resident set
 size of one process (``ru_maxrss`` from wait4, MB = 1e6 B), and ``tree_MB`` = the largest sum, sampled every
 100 ms, of the proportional set sizes (Pss: shared pages divided among the processes sharing them) of the
-verb and its worker processes (a cold read decodes in one worker per CPU: microbench/gate/index.py). The
+verb and its worker processes (a cold read decodes in one worker per CPU: microbench/results/index.py). The
 memory target is judged on the larger of the two. Targets (issue 23): check, compare, history on one year
 <= 2 s and <= 300 MB; ten years <= 10 s and <= 300 MB. The machine is shared: the script prints the load
 average before and after.
@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from microbench.collectives import BLOCKING
+from microbench.benchmarks.table import BLOCKING
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "specs" / "nightly-2rank.toml"

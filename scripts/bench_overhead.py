@@ -85,8 +85,8 @@ MICROBENCH_VARIANTS = {"native": ("native", "native"), "python": ("python", "shi
 
 
 def mpiexec_prefix(nranks: int):
-    from microbench import launch
-    from microbench.backends.mpi import import_mpi, library
+    from microbench.cluster import launch
+    from microbench.cluster.mpi_runtime import import_mpi, library
 
     lib = library(import_mpi(initialize=False))
     cmd, env = launch.mpiexec_command(lib.prefix, lib.abi, nranks)
@@ -105,7 +105,7 @@ def run(cmd, env) -> str:
 def build_reference(tmp: Path, lib, shared: bool = False, name: str = "reference") -> Path:
     """reference.c built with the MPI's mpicc into ``tmp/name``: the program, or (``shared``) a library
     exporting ``reference_measure`` for same_launch.py."""
-    from microbench.native import find_mpicc
+    from microbench.measure.native.toolchain import find_mpicc
 
     target = tmp / (f"{name}.so" if shared else name)
     flags = ["-fPIC", "-shared", "-Dmain=reference_main"] if shared else []

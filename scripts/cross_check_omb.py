@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from microbench.sizes import format_size, parse_size, parse_sizes
+from microbench.units import format_size, parse_size, parse_sizes
 
 #: (label, microbench arguments, OMB program, OMB arguments)
 PAIRS = [
@@ -66,8 +66,8 @@ def find_programs(omb_dir: Path) -> dict[str, Path]:
 
 def launcher(nranks: int) -> tuple[list[str], dict]:
     """The mpiexec of the MPI microbench uses, with microbench's own environment for local ranks."""
-    from microbench import launch
-    from microbench.backends.mpi import import_mpi, library
+    from microbench.cluster import launch
+    from microbench.cluster.mpi_runtime import import_mpi, library
 
     lib = library(import_mpi(initialize=False))
     return launch.mpiexec_command(lib.prefix, lib.abi, nranks)

@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from microbench.htmlreport.figures import benchmarks_in, collect
-from microbench.htmlreport.loaded import Loaded, load
+from microbench.report.figures import benchmarks_in, collect
+from microbench.report.loaded import Loaded, load
 
 
 def sizes(path: Path) -> tuple[int, int]:

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The test-only fault hooks (microbench/testhooks.py) act only with this set; the suite sets it for every
+# The test-only fault hooks (microbench/measure/testhooks.py) act only with this set; the suite sets it for every
 # process it starts, and a test that checks the gate itself removes it.
 os.environ["MICROBENCH_TESTING"] = "1"
 
@@ -117,8 +117,8 @@ def microbench(*args: str, timeout: float = 120, env: dict | None = None, cwd=No
 
 def mpiexec_prefix(nranks: int) -> tuple[list[str], dict]:
     """The matching mpiexec for the installed MPI, with the environment microbench itself would use."""
-    from microbench import launch
-    from microbench.backends.mpi import import_mpi, library
+    from microbench.cluster import launch
+    from microbench.cluster.mpi_runtime import import_mpi, library
 
     lib = library(import_mpi(initialize=False))
     return launch.mpiexec_command(lib.prefix, lib.abi, nranks)
@@ -141,7 +141,7 @@ def results_of(path) -> list[dict]:
 @pytest.fixture(scope="module")
 def mpi_lib():
     """(mpi4py.MPI without initialising MPI, the loaded library's facts)."""
-    from microbench.backends.mpi import import_mpi, library
+    from microbench.cluster.mpi_runtime import import_mpi, library
 
     MPI = import_mpi(initialize=False)
     return MPI, library(MPI)
@@ -149,12 +149,12 @@ def mpi_lib():
 
 def shim_or_reason(mpi_lib):
     """The C call shim's path, or why it cannot be built here (only a missing Python.h is acceptable)."""
-    from microbench import native
+    from microbench.measure.native import toolchain
 
     _, lib = mpi_lib
     try:
-        return native.build_shim(lib.prefix, lib.path), None
-    except native.NativeUnavailable as exc:
+        return toolchain.build_shim(lib.prefix, lib.path), None
+    except toolchain.NativeUnavailable as exc:
         assert "Python.h" in str(exc), exc
         return None, str(exc)
 

@@ -240,8 +240,8 @@ esac
         """Open MPI's mpiexec on node0 starting ``nranks`` ranks over ``hosts`` (default: every node),
         ``per_node`` slots each, placed ``map_by`` slot (fill a node first) or node (round robin);
         and the environment it needs. Append the program and its arguments."""
-        from microbench import launch
-        from microbench.backends.mpi import import_mpi, library
+        from microbench.cluster import launch
+        from microbench.cluster.mpi_runtime import import_mpi, library
 
         lib = library(import_mpi(initialize=False))
         if lib.abi != "openmpi":

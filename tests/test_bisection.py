@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
+from microbench.run.diagnostics.bisection import MIN_NODES, decide, halves
+
 from conftest import microbench, read_jsonl
-from microbench.bisection import MIN_NODES, decide, halves
 
 SLOW_RANK = 5
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from microbench.measure.cache import last_level_cache_bytes, plan_pool
+
 from conftest import microbench, results_of
-from microbench.cache import last_level_cache_bytes, plan_pool
 
 MiB = 1 << 20
 
@@ -140,7 +141,7 @@ AnonHugePages:      2048 kB
 
 
 def test_huge_page_bytes_count_each_mapping_once():
-    from microbench.buffers import huge_page_bytes
+    from microbench.measure.buffers import huge_page_bytes
 
     # send and receive regions the kernel merged into one mapping: its AnonHugePages once, not twice
     assert huge_page_bytes([0x7F0000400000, 0x7F0000800000], SMAPS) == 6144 * 1024
@@ -154,7 +155,8 @@ def test_huge_page_bytes_count_each_mapping_once():
 def test_huge_pages_granted_by_this_kernel_are_counted():
     import numpy as np
 
-    from microbench.buffers import BufferPool, thp_mode
+    from microbench.cluster.facts import thp_mode
+    from microbench.measure.buffers import BufferPool
 
     if thp_mode() not in ("always", "madvise"):
         pytest.skip(f"transparent huge pages are {thp_mode()} on this kernel: none to count")

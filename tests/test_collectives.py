@@ -7,11 +7,12 @@ import re
 
 import pytest
 
-from microbench import native
-from microbench.backends.mpi import MPIBackend, NativeMPIBackend
-from microbench.collectives import COLLECTIVES, LARGE_MESSAGE_BYTES, pair_metric_benchmark
-from microbench.testhooks import FaultHooks, SizeHooks
+from microbench.benchmarks.base import LARGE_MESSAGE_BYTES
+from microbench.benchmarks.table import COLLECTIVES, pair_metric_benchmark
 from microbench.errors import UsageError
+from microbench.measure.backends.mpi import MPIBackend, NativeMPIBackend
+from microbench.measure.native import toolchain
+from microbench.measure.testhooks import FaultHooks, SizeHooks
 
 
 @pytest.mark.parametrize("name", list(COLLECTIVES))
@@ -32,7 +33,7 @@ def test_every_primitive_exists_on_every_mpi_backend(name):
 
 
 def test_native_call_kinds_come_from_the_c_source():
-    kinds = native.KINDS
+    kinds = toolchain.KINDS
     assert kinds["nothing"] == 0 and len(set(kinds.values())) == len(kinds)
     used = set(re.findall(r'_call\("(\w+)"', inspect.getsource(NativeMPIBackend)))
     used |= {"bistream", "stream"}  # chosen by a conditional expression

@@ -11,9 +11,9 @@ import sys
 import textwrap
 import time
 
+import emulated_cluster as emu
 import pytest
 
-import emulated_cluster as emu
 from conftest import REPO, run_process
 
 pytestmark = pytest.mark.skipif(emu.missing() is not None, reason=emu.missing() or "")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
+import emulated_cluster as emu
 import pytest
 
-import emulated_cluster as emu
 from conftest import read_jsonl, results_of, run_process
 
 pytestmark = pytest.mark.skipif(emu.missing() is not None, reason=emu.missing() or "")

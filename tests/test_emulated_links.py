@@ -16,8 +16,9 @@ import sys
 
 import pytest
 
+from microbench.run.diagnostics import outliers as outlier_rule
+
 from conftest import REPO, read_jsonl, results_of, run_process
-from microbench import pairs
 
 SLOW, RATE_MBIT = "node2", 50
 SPEC = REPO / "scripts" / "specs" / "emulated-cluster.toml"
@@ -40,20 +41,20 @@ def links_of(index: int, n: int) -> set[tuple[int, int]]:
 
 
 def test_link_rule_flags_the_throttled_nodes_links_in_a_measured_matrix():
-    found, rule = pairs.outliers(MEASURED_5_NODES, higher_is_worse=False)
+    found, rule = outlier_rule.outliers(MEASURED_5_NODES, higher_is_worse=False)
     assert {(o.i, o.j) for o in found} == links_of(2, 5), rule
 
 
 def test_node_rule_names_the_throttled_node_in_a_measured_matrix():
-    found, rule = pairs.node_outliers(MEASURED_4_NODES, higher_is_worse=False)
+    found, rule = outlier_rule.node_outliers(MEASURED_4_NODES, higher_is_worse=False)
     assert [i for i, _, _ in found] == [2], rule
 
 
 def test_the_same_rules_on_per_message_time_name_exactly_the_throttled_node():
-    found, _ = pairs.outliers(per_message_us(MEASURED_5_NODES, 65536), higher_is_worse=True)
+    found, _ = outlier_rule.outliers(per_message_us(MEASURED_5_NODES, 65536), higher_is_worse=True)
     assert {(o.i, o.j) for o in found} == links_of(2, 5)
     for matrix in (MEASURED_4_NODES, MEASURED_5_NODES):
-        assert [i for i, _, _ in pairs.node_outliers(per_message_us(matrix, 65536), higher_is_worse=True)[0]] == [2]
+        assert [i for i, _, _ in outlier_rule.node_outliers(per_message_us(matrix, 65536), higher_is_worse=True)[0]] == [2]
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +101,9 @@ def test_every_link_of_the_throttled_node_is_far_below_the_rest(throttled_runs, 
 def test_pairs_rules_on_per_message_time_name_the_throttled_node(throttled_runs, nodes):
     bw = _bandwidth(throttled_runs[nodes])
     times = per_message_us(bw["matrix"], bw["size_bytes"])
-    assert [bw["labels"][i] for i, _, _ in pairs.node_outliers(times, higher_is_worse=True)[0]] == [SLOW]
+    assert [bw["labels"][i] for i, _, _ in outlier_rule.node_outliers(times, higher_is_worse=True)[0]] == [SLOW]
     if nodes == 5:  # with 4 nodes half the links are node2's: the median itself moves, as the docs say
-        found = pairs.outliers(times, higher_is_worse=True)[0]
+        found = outlier_rule.outliers(times, higher_is_worse=True)[0]
         assert {(o.i, o.j) for o in found} == links_of(2, 5)
 
 

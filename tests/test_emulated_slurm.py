@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
 import emulated_cluster as emu
+import pytest
 import slurm_cluster
-from conftest import read_jsonl, results_of, run_process
 from test_slurm import assert_campaign_complete, srun_mpi  # noqa: F401 (srun_mpi: a fixture on this module's cluster)
+
+from conftest import read_jsonl, results_of, run_process
 
 why_not = emu.missing() or slurm_cluster.missing()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")

@@ -7,12 +7,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from fixtures.gate.synth import MULTIPLES, pairs_result, private_index, result, write_run
 
-from fixtures.gate.synth import private_index, MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.gate.check import evaluate, reduce_runs
-from microbench.gate.load import load_table
 from microbench.gate.spec import load_spec
+from microbench.results.load import load_table
 
 
 @pytest.fixture(autouse=True)

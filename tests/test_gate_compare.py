@@ -7,15 +7,15 @@ import math
 from itertools import combinations
 
 import pytest
+from fixtures.gate.synth import base_latency, pairs_result, private_index, result, write_run, write_runs
 
-from fixtures.gate.synth import private_index, base_latency, pairs_result, result, write_run, write_runs
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
 from microbench.gate import intervals, ratiotest, tdist
-from microbench.gate.family import holm
 from microbench.gate.compare import IMPROVED, NOISE, OK, REGRESSION, UNCONFIRMED, compare, verdict
 from microbench.gate.compare_cli import parse_threshold
-from microbench.gate.load import load_table
+from microbench.gate.family import holm
+from microbench.results.load import load_table
 
 
 @pytest.fixture(autouse=True)
@@ -238,7 +238,7 @@ def test_bad_options_exit_2(tmp_path, capsys, extra, fragment):
 
 
 def test_records_from_before_call_path_keep_their_configuration():
-    from microbench.gate.keys import config_key
+    from microbench.results.keys import config_key
 
     base = {"benchmark": "allreduce", "size_bytes": 8, "ranks": 2, "backend": "mpi", "check": None}
     old_native, new_native = {**base, "loop": "native"}, {**base, "loop": "native", "call_path": "native"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixtures.gate.synth import pairs_result, private_index, result, write_run
 
-from fixtures.gate.synth import private_index, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.gate import steps
 

@@ -11,14 +11,15 @@ import json
 import sys
 
 import pytest
-
-from conftest import REPO, microbench
 from fixtures.gate.synth import private_index
+
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
-from microbench.gate import index as gate_index
-from microbench.gate.load import load_table
-from microbench.gate.scan import ScanNotes
+from microbench.results import index as gate_index
+from microbench.results.load import load_table
+from microbench.results.scan import ScanNotes
+
+from conftest import REPO, microbench
 
 sys.path.insert(0, str(REPO / "scripts"))
 import gate_nightlies as nightlies  # noqa: E402

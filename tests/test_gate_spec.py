@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_process
 from microbench.errors import UsageError
 from microbench.gate.spec import load_spec
+
+from conftest import REPO, run_process
 
 
 def write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:

@@ -14,13 +14,16 @@ import sys
 import numpy as np
 import pytest
 
+from microbench.benchmarks.table import ALLREDUCE, Buffers, Context
+from microbench.measure import engine
+from microbench.measure.backends.torch_dist import barrier_takes_device_ids
+from microbench.measure.device import ranks_sharing, staged_copies
+from microbench.measure.gpu_loops import GRAPH_ITERATIONS, graph_schedule
+from microbench.measure.loops import LaunchFacts, PythonLoop
+from microbench.measure.native import loops as native_loops
+from microbench.measure.native import toolchain
+
 from conftest import run_process
-from microbench import engine, native
-from microbench.backends.torch_dist import barrier_takes_device_ids
-from microbench.collectives import ALLREDUCE, Buffers, Context
-from microbench.device import ranks_sharing, staged_copies
-from microbench.gpu_loops import GRAPH_ITERATIONS, graph_schedule
-from microbench.loops import LaunchFacts, PythonLoop
 
 
 # ------------------------------------------------------------------------------ CUDA graph schedules
@@ -69,14 +72,15 @@ class _RecordingLoop(PythonLoop):
 def comm_self():
     os.environ.setdefault("OMPI_MCA_btl", "^ofi")
     os.environ.setdefault("OMPI_MCA_mtl", "^ofi")
-    from microbench.backends.mpi import MPIBackend, import_mpi
+    from microbench.cluster.mpi_runtime import import_mpi
+    from microbench.measure.backends.mpi import MPIBackend
 
     MPI = import_mpi()
     return MPI, MPIBackend(MPI.COMM_SELF, MPI)
 
 
 def _pool(nslots: int):
-    from microbench.buffers import BufferPool
+    from microbench.measure.buffers import BufferPool
 
     return BufferPool(2, 2, np.dtype(np.float32), nslots=nslots)
 
@@ -153,10 +157,10 @@ def test_native_loop_runs_a_device_flush_from_python(comm_self, mpi_lib):
     MPI, _ = comm_self
     _, lib = mpi_lib
     try:
-        loop = native.NativeLoop(native.load(native.build(lib.prefix, lib.path), MPI.Get_library_version()))
-    except native.NativeUnavailable as exc:
+        loop = native_loops.NativeLoop(native_loops.load(toolchain.build(lib.prefix, lib.path), MPI.Get_library_version()))
+    except toolchain.NativeUnavailable as exc:
         pytest.skip(f"native loop unavailable here: {exc}")
-    from microbench.backends.mpi import NativeMPIBackend
+    from microbench.measure.backends.mpi import NativeMPIBackend
 
     backend = NativeMPIBackend(MPI.COMM_SELF, MPI)
     pool = _pool(2)
@@ -172,7 +176,8 @@ def test_native_loop_runs_a_device_flush_from_python(comm_self, mpi_lib):
 # ------------------------------------------------------------------------------ device before MPI_Init
 SELECTION_ORDER = r"""
 import atexit, sys
-from microbench import cli, device
+from microbench import cli
+from microbench.measure import device
 from microbench.errors import RunError
 seen = []
 def cuda_runtime(kind):  # stands in for a CUDA runtime on this GPU-less machine: records when it is asked

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import read_jsonl
 from fixtures.importers import make
+
 from microbench.cli import main as microbench_main
 from microbench.records.validate import file_problems, problems
+
+from conftest import read_jsonl
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:

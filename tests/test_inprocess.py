@@ -11,14 +11,17 @@ import os
 import numpy as np
 import pytest
 
-from microbench import engine, faults, native
+from microbench.benchmarks.table import ALLREDUCE, COLLECTIVES, Context
 from microbench.cli import build_parser
-from microbench.collectives import ALLREDUCE, COLLECTIVES, Context
-from microbench.loops import PythonLoop
+from microbench.measure import engine
+from microbench.measure.loops import PythonLoop
+from microbench.measure.native import loops as native_loops
+from microbench.measure.native import toolchain
+from microbench.measure.testhooks import FaultHooks, SizeHooks
 from microbench.options import RunOptions
 from microbench.records import Output
 from microbench.records.validate import problems
-from microbench.testhooks import FaultHooks, SizeHooks
+from microbench.run import watchdog as faults
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +29,7 @@ def world():
     """MPI initialised in this process as a one-rank job (Open MPI's singleton mode)."""
     os.environ.setdefault("OMPI_MCA_btl", "^ofi")  # as microbench's own launches: no libfabric probe
     os.environ.setdefault("OMPI_MCA_mtl", "^ofi")
-    from microbench.world import init_world
+    from microbench.cluster.world import init_world
 
     w = init_world()
     assert w.nranks == 1
@@ -39,7 +42,7 @@ def _options(*argv: str) -> RunOptions:
 
 
 def _context(world, *argv: str, out: Output | None = None):
-    from microbench import runner
+    from microbench.run import driver as runner
 
     opts = _options(*argv)
     watchdog = faults.Watchdog(faults.RunState(0), 0, abort=world.abort)
@@ -62,8 +65,8 @@ class _Records:
 
 
 def _allreduce_pool(world, count: int, nslots: int = 1):
-    from microbench.backends.mpi import MPIBackend
-    from microbench.buffers import BufferPool
+    from microbench.measure.backends.mpi import MPIBackend
+    from microbench.measure.buffers import BufferPool
 
     backend = MPIBackend(world.MPI.COMM_SELF, world.MPI)
     pool = BufferPool(count, count, np.dtype(np.float32), nslots=nslots)
@@ -114,11 +117,11 @@ def test_engine_time_budget_agrees_on_the_slowest_estimate(world):
 def test_native_loop_through_the_engine(world, mpi_lib):
     _, lib = mpi_lib
     try:
-        loop = native.NativeLoop(native.load(native.build(lib.prefix, lib.path), world.MPI.Get_library_version()))
-    except native.NativeUnavailable as exc:
+        loop = native_loops.NativeLoop(native_loops.load(toolchain.build(lib.prefix, lib.path), world.MPI.Get_library_version()))
+    except toolchain.NativeUnavailable as exc:
         pytest.skip(f"native loop unavailable here: {exc}")
-    from microbench.backends.mpi import NativeMPIBackend
-    from microbench.buffers import BufferPool
+    from microbench.measure.backends.mpi import NativeMPIBackend
+    from microbench.measure.buffers import BufferPool
 
     backend = NativeMPIBackend(world.MPI.COMM_SELF, world.MPI)
     pool = BufferPool(4, 4, np.dtype(np.float32), nslots=2)
@@ -135,7 +138,7 @@ def test_native_loop_through_the_engine(world, mpi_lib):
 
 
 def test_sweep_writes_one_valid_record_per_size_and_cache_pass(world, tmp_path):
-    from microbench import sweep
+    from microbench.run import sweep
 
     table = _Records()
     out = Output(str(tmp_path / "r.jsonl"), table=table)
@@ -155,7 +158,7 @@ def test_sweep_writes_one_valid_record_per_size_and_cache_pass(world, tmp_path):
 
 
 def test_sweep_marks_a_corrupted_size_failed(world, tmp_path):
-    from microbench import sweep
+    from microbench.run import sweep
 
     table = _Records()
     out = Output(None, table=table)

@@ -1,6 +1,6 @@
 """Rank discovery from each launcher's environment."""
 
-from microbench.launch import discover
+from microbench.cluster.launch import discover
 
 
 def test_alone():

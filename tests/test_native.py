@@ -6,8 +6,10 @@ import sys
 
 import pytest
 
+from microbench.measure.native import loops as native_loops
+from microbench.measure.native import toolchain
+
 from conftest import microbench, mpiexec_prefix, read_jsonl, results_of, run_process, shim_or_reason
-from microbench import native
 
 TIMING_FIELDS = {"latency_us", "algbw_gbps", "busbw_gbps", "first_call_us", "time_utc", "wall_s", "run_id", "loop",
                  "iterations", "timer", "stragglers"}
@@ -15,28 +17,30 @@ TIMING_FIELDS = {"latency_us", "algbw_gbps", "busbw_gbps", "first_call_us", "tim
 
 
 def test_build_is_cached_and_checked_against_the_loaded_mpi(tmp_path, monkeypatch, mpi_lib):
-    from microbench import native
+
+
 
     MPI, lib = mpi_lib
     monkeypatch.setenv("MICROBENCH_CACHE_DIR", str(tmp_path))
-    first = native.build(lib.prefix, lib.path)
+    first = toolchain.build(lib.prefix, lib.path)
     mtime = first.stat().st_mtime_ns
-    again = native.build(lib.prefix, lib.path)
+    again = toolchain.build(lib.prefix, lib.path)
     assert again == first and again.stat().st_mtime_ns == mtime  # not rebuilt
-    loaded = native.load(first, MPI.Get_library_version())
+    loaded = native_loops.load(first, MPI.Get_library_version())
     assert loaded.mb_abi_comm_size() in (4, 8)
-    with pytest.raises(native.NativeUnavailable, match="another MPI"):
-        native.load(first, "Some Other MPI 1.0")
+    with pytest.raises(toolchain.NativeUnavailable, match="another MPI"):
+        native_loops.load(first, "Some Other MPI 1.0")
 
 
 def test_missing_compiler_is_a_clear_reason(tmp_path, monkeypatch, mpi_lib):
-    from microbench import native
+
+
 
     _, lib = mpi_lib
     monkeypatch.setenv("MICROBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MICROBENCH_MPICC", "/nonexistent/mpicc")
-    with pytest.raises(native.NativeUnavailable, match="MICROBENCH_MPICC"):
-        native.build(lib.prefix, lib.path)
+    with pytest.raises(toolchain.NativeUnavailable, match="MICROBENCH_MPICC"):
+        toolchain.build(lib.prefix, lib.path)
 
 
 def test_auto_falls_back_to_python_with_one_notice(tmp_path):
@@ -76,10 +80,10 @@ def test_shim_is_cached_and_checked_against_the_loaded_mpi(tmp_path, monkeypatch
         pytest.skip(reason)
     again, _ = shim_or_reason(mpi_lib)
     assert again == first and first.name.startswith("mbcall-")
-    module = native.load_shim(first, MPI.Get_library_version())
+    module = native_loops.load_shim(first, MPI.Get_library_version())
     assert callable(module.bind)
-    with pytest.raises(native.NativeUnavailable, match="another MPI"):
-        native.load_shim(first, "Some Other MPI 1.0")
+    with pytest.raises(toolchain.NativeUnavailable, match="another MPI"):
+        native_loops.load_shim(first, "Some Other MPI 1.0")
 
 
 def test_loops_write_the_same_records(tmp_path, mpi_lib):
@@ -138,7 +142,7 @@ def test_unwritable_cache_folder_falls_back(tmp_path):
 def test_timer_is_recorded(tmp_path, mpi_lib):
     # the lean native loop and the C call shim read the TSC where the CPU's is invariant; MICROBENCH_TIMER=clock
     # turns it off; with a barrier between iterations each one is timed with CLOCK_MONOTONIC
-    tsc = native.invariant_tsc()
+    tsc = native_loops.invariant_tsc()
     loops = ["native"] + (["python"] if shim_or_reason(mpi_lib)[0] is not None else [])
     for loop in loops:
         for env, check, expected in (({}, [], "tsc" if tsc else "host"), ({"MICROBENCH_TIMER": "clock"}, [], "host"),
@@ -155,20 +159,20 @@ def test_timer_is_recorded(tmp_path, mpi_lib):
 LOOP_CONTRACT = r"""
 import ctypes
 import numpy as np
-from microbench import native
-from microbench.backends.mpi import import_mpi, library
+from microbench.cluster.mpi_runtime import import_mpi, library
+from microbench.measure.native import loops as native_loops
 
 MPI = import_mpi()
 lib = library(MPI)
 comm = MPI.COMM_SELF
 send, recv = np.ones(2, np.float32), np.zeros(2, np.float32)
-calls = [native.NativeCall("pingpong", comm, MPI.FLOAT, send=send, recv=recv, count=2, peer=0, initiator=True, MPI=MPI),
-         native.NativeCall("allreduce", comm, MPI.FLOAT, MPI.SUM, send=send, recv=recv, count=2, MPI=MPI)]
-loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), MPI.Get_library_version()))}
+calls = [native_loops.NativeCall("pingpong", comm, MPI.FLOAT, send=send, recv=recv, count=2, peer=0, initiator=True, MPI=MPI),
+         native_loops.NativeCall("allreduce", comm, MPI.FLOAT, MPI.SUM, send=send, recv=recv, count=2, MPI=MPI)]
+loops = {"native": native_loops.NativeLoop(native_loops.load(toolchain.build(lib.prefix, lib.path), MPI.Get_library_version()))}
 try:
-    shim = native.load_shim(native.build_shim(lib.prefix, lib.path), MPI.Get_library_version())
-    loops["shim"] = native.ShimPythonLoop(shim)
-except native.NativeUnavailable as exc:
+    shim = native_loops.load_shim(toolchain.build_shim(lib.prefix, lib.path), MPI.Get_library_version())
+    loops["shim"] = native_loops.ShimPythonLoop(shim)
+except toolchain.NativeUnavailable as exc:
     print("no shim:", exc)
     shim = None
 for name, loop in loops.items():

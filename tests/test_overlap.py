@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_inprocess import _context, _options, _Records, world  # noqa: F401 - the module's MPI fixture
 
-from microbench import async_progress, compute_kernels, engine, native, overlap, overlap_stats
-from microbench.backends.mpi import MPIBackend, NativeMPIBackend
-from microbench.buffers import BufferPool
-from microbench.collectives import COLLECTIVES, IALLREDUCE, Context
+from microbench.benchmarks.table import COLLECTIVES, IALLREDUCE, Context
+from microbench.cluster import async_progress
 from microbench.errors import UsageError
-from microbench.loops import OVERLAP_PARTS, OverlapWork, PythonLoop
+from microbench.measure import compute_kernels, engine, overlap, overlap_stats
+from microbench.measure.backends.mpi import MPIBackend, NativeMPIBackend
+from microbench.measure.buffers import BufferPool
+from microbench.measure.loops import OVERLAP_PARTS, OverlapWork, PythonLoop
+from microbench.measure.native import loops as native_loops
+from microbench.measure.native import toolchain
 from microbench.records import Output
 from microbench.records.validate import problems
-from test_inprocess import _context, _options, _Records, world  # noqa: F401 - the module's MPI fixture
 
 
 # ------------------------------------------------------------------------------------------ formulas
@@ -76,12 +79,12 @@ def _loops(world, mpi_lib):
     version = world.MPI.Get_library_version()
     out = [(PythonLoop(), MPIBackend)]
     try:
-        out.append((native.NativeLoop(native.load(native.build(lib.prefix, lib.path), version)), NativeMPIBackend))
-    except native.NativeUnavailable:
+        out.append((native_loops.NativeLoop(native_loops.load(toolchain.build(lib.prefix, lib.path), version)), NativeMPIBackend))
+    except toolchain.NativeUnavailable:
         pass
     shim, _ = shim_or_reason(mpi_lib)
     if shim is not None:
-        out.append((native.ShimPythonLoop(native.load_shim(shim, version)), NativeMPIBackend))
+        out.append((native_loops.ShimPythonLoop(native_loops.load_shim(shim, version)), NativeMPIBackend))
     return out
 
 
@@ -132,7 +135,7 @@ def test_summary_of_one_rank(world):
 
 
 def test_sweep_of_every_nonblocking_benchmark_gives_valid_records(world, tmp_path):
-    from microbench import sweep
+    from microbench.run import sweep
 
     table = _Records()
     out = Output(str(tmp_path / "r.jsonl"), table=table)
@@ -180,8 +183,8 @@ def nonblocking_records(world, tmp_path_factory):
     with their measured overlap replaced by known values (so that what follows does not depend on timing)."""
     import json
 
-    from microbench import sweep
     from microbench.records import build
+    from microbench.run import sweep
 
     path = tmp_path_factory.mktemp("nb") / "r.jsonl"
     out = Output(str(path), table=_Records())

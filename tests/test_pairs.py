@@ -6,8 +6,11 @@ import itertools
 
 import pytest
 
+from microbench.cluster.nodes import choose_participants
+from microbench.run.diagnostics.outliers import node_outliers, outliers
+from microbench.run.diagnostics.pairs import round_robin, serial
+
 from conftest import microbench, results_of
-from microbench.pairs import choose_participants, node_outliers, outliers, round_robin, serial
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9])

@@ -5,14 +5,15 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+from fixtures.gate.synth import MULTIPLES, pairs_result, private_index, result, write_run
 
-from conftest import REPO
-from fixtures.gate.synth import private_index, MULTIPLES, pairs_result, result, write_run
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
-from microbench.gate.load import load_table
-from microbench.plot import heatmap
 from microbench.plotting import curves, line_style
+from microbench.plotting.cli import heatmap
+from microbench.results.load import load_table
+
+from conftest import REPO
 
 pytestmark = pytest.mark.filterwarnings("error")  # a layout or legend warning is a failed figure
 

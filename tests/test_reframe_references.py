@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from fixtures.gate.synth import result, write_run
+
 from microbench.errors import UsageError
+from microbench.gate.reframe_references import PerfVar, entries_for, merged_reference, parse_perf_var, spec_references
 from microbench.gate.spec import load_spec
-from microbench.reframe.references import (PerfVar, entries_for, merged_reference, parse_perf_var,
-                                           spec_references)
 from microbench.reframe.verdicts import Expectations, load_run, perf_value, sanity_problems
 
 

@@ -6,19 +6,20 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from conftest import microbench, read_jsonl
 from fixtures.gate import synth
 from fixtures.htmlreport.dom import parse
 from fixtures.htmlreport.inputs import OMB_SIZES, make_inputs
-from microbench import report as terminal
+
 from microbench.cli import main as microbench_main
 from microbench.gate.check import evaluate
 from microbench.gate.compare import compare
-from microbench.gate.load import load_table
 from microbench.gate.spec import load_spec
-from microbench.htmlreport.page import asset
-from microbench.sizes import format_size
+from microbench.report.page import asset
+from microbench.results.load import load_table
+from microbench.run import terminal
+from microbench.units import format_size
+
+from conftest import microbench, read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -297,9 +298,8 @@ def test_in_chromium_the_page_loads_without_errors_or_network(browser, page):
 
 
 def test_in_chromium_every_figure_renders(browser, page, tmp_path_factory):
-    from selenium.webdriver.common.by import By
-
     from fixtures.htmlreport.browser import colours, ink_fraction
+    from selenium.webdriver.common.by import By
 
     figures = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
     assert len(figures) == len(page[2].find_all("svg", cls="chart")) >= 10

@@ -190,7 +190,7 @@ def test_time_budget_picks_iterations(tmp_path):
     res = results_of(out)
     assert [r["size_bytes"] for r in res] == [8, 65536]
     # each count is the budget over the slowest rank's per-iteration estimate, which the record keeps
-    from microbench.engine import budget_iterations
+    from microbench.measure.engine import budget_iterations
 
     for r in res:
         assert r["time_budget"]["seconds"] == 0.05 and r["time_budget"]["per_iteration_s"] > 0
@@ -273,7 +273,7 @@ def test_no_progress_bar_under_a_launcher(tmp_path):
 
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_reduce_scatter_runs_either_mpi_call(nranks, tmp_path):
-    from microbench.gate.keys import config_key
+    from microbench.results.keys import config_key
 
     out = tmp_path / "r.jsonl"
     for call in ("block", "vector"):

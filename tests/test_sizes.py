@@ -1,7 +1,7 @@
 import pytest
 
 from microbench.errors import UsageError
-from microbench.sizes import format_size, parse_size, parse_sizes
+from microbench.units import format_size, parse_size, parse_sizes
 
 
 @pytest.mark.parametrize("text,expected", [

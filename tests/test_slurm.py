@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 import slurm_cluster
+
 from conftest import read_jsonl, results_of, run_process
 
 why_not = slurm_cluster.missing()

@@ -10,10 +10,12 @@ import time
 
 import pytest
 
-from conftest import microbench, read_jsonl
 from microbench.errors import UsageError
-from microbench.soak import parse_duration, summarise
-from microbench.testhooks import FaultHooks
+from microbench.measure.testhooks import FaultHooks
+from microbench.run.diagnostics.soak import summarise
+from microbench.units import parse_duration
+
+from conftest import microbench, read_jsonl
 
 
 def test_durations_parse():

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from microbench import stats
+from microbench.measure import stats
 
 
 def summarize_ranks(per_rank):

@@ -8,12 +8,13 @@ import time
 import numpy as np
 import pytest
 
-from conftest import microbench, read_jsonl, results_of
+from microbench.cluster.nodes import Nodes
 from microbench.errors import UsageError
-from microbench.loops import PythonLoop
-from microbench.nodes import Nodes
-from microbench.stragglers import LISTED_NODES, _node_fields
-from microbench.testhooks import FaultHooks, SlowedLoop
+from microbench.measure.loops import PythonLoop
+from microbench.measure.testhooks import FaultHooks, SlowedLoop
+from microbench.run.diagnostics.stragglers import LISTED_NODES, _node_fields
+
+from conftest import microbench, read_jsonl, results_of
 
 SLOW_RANK, DELAY_US = 5, 50000
 SLOWED = {"MICROBENCH_TEST_SLOW_RANK": f"{SLOW_RANK}:{DELAY_US}"}

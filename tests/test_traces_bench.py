@@ -9,8 +9,9 @@ import importlib.util
 
 import pytest
 
-from conftest import REPO
 from microbench.workload.traces import read_trace
+
+from conftest import REPO
 
 
 @pytest.fixture(scope="module")

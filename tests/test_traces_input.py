@@ -7,10 +7,11 @@ import zlib
 
 import pytest
 
-from conftest import microbench
 from microbench.errors import UsageError
 from microbench.workload.traces import read_trace
 from microbench.workload.traces.samples import json_document, kineto_comms, nccl_call
+
+from conftest import microbench
 
 
 def kineto_bytes(n_events: int, rank: int = 0) -> bytes:

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from conftest import run_process
 from microbench.workload.traces import read_traces
+
+from conftest import run_process
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'microbench[torch]')")
 

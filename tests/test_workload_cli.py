@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import run_process
 from fixtures.gate import synth
+
 from microbench.cli import main
 from microbench.errors import UsageError
 from microbench.workload import sizes_for_benchmarks
+
+from conftest import run_process
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workload"
 

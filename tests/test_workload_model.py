@@ -6,8 +6,16 @@ import pytest
 
 from microbench.errors import UsageError
 from microbench.workload.messages import Message, merge, wire_bytes
-from microbench.workload.model import (Model, eq2_data_parallel, eq3_zero3, eq4_pipeline, eq5_tensor,
-                                       parameter_count, parameter_tensors, preset)
+from microbench.workload.model import (
+    Model,
+    eq2_data_parallel,
+    eq3_zero3,
+    eq4_pipeline,
+    eq5_tensor,
+    parameter_count,
+    parameter_tensors,
+    preset,
+)
 
 # Eq. 1 by hand, e.g. 125M: 2*50304*768 = 77,266,944; 2048*768 = 1,572,864;
 # 12*(12*768^2 + 8*768) = 12*7,084,032 = 85,008,384; 2*768 = 1,536; sum 163,849,728.

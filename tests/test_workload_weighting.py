@@ -9,8 +9,8 @@ import json
 import math
 
 import pytest
-
 from fixtures.gate import synth
+
 from microbench.records import read_results
 from microbench.workload.compute import compute_vs_communication
 from microbench.workload.distribution import Workload

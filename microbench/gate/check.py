@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from microbench.gate.columns import Table
-from microbench.gate.keys import ConfigKey
-from microbench.gate.load import unique_labels
-from microbench.gate.metrics import OUTLIERS, SKEW, UNITS, higher_is_better, threshold_what
 from microbench.gate.spec import Rule, Spec
-from microbench.gate.table import size_text
+from microbench.gate.text import size_text
+from microbench.results.columns import Table
+from microbench.results.keys import ConfigKey
+from microbench.results.load import unique_labels
+from microbench.results.metrics import OUTLIERS, SKEW, UNITS, higher_is_better, threshold_what
 
 
 @dataclass
@@ -236,8 +236,8 @@ def _skewed_ranks(table: Table, by_run: RunGroups) -> str:
 
 def straggler_blocks(table: Table, rows: np.ndarray) -> list[dict]:
     """The ``stragglers`` blocks of the records behind ``rows``, read from their runs' files."""
-    from microbench.gate import keys
     from microbench.records import read_runs
+    from microbench.results import keys
 
     out = []
     for row in rows.tolist():

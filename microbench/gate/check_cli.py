@@ -14,16 +14,18 @@ import argparse
 import json
 import sys
 
+from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
-from microbench.gate import junit, keys, select
+from microbench.gate import junit
 from microbench.gate.check import RuleOutcome, evaluate
-from microbench.gate.columns import RunInfo
-from microbench.gate.load import load_table, mpi_library, time_span
-from microbench.gate.metrics import UNITS
 from microbench.gate.spec import Spec, load_spec
-from microbench.gate.table import num, render
-from microbench.pairs import PAIRS
-from microbench.sizes import format_size
+from microbench.gate.text import num, render
+from microbench.results import keys
+from microbench.results import selection as select
+from microbench.results.columns import RunInfo
+from microbench.results.load import load_table, mpi_library, time_span
+from microbench.results.metrics import UNITS
+from microbench.units import format_size
 
 _CRITERION_LABELS = {"max_latency_us": "latency", "min_busbw_gbps": "busbw", "min_algbw_gbps": "algbw",
                      "max_outliers": "outliers", "max_rank_skew": "skew", "require_check": "check",
@@ -48,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     spec = load_spec(args.spec)
     if args.emit_reframe_references:
-        from microbench.reframe.references import emit
+        from microbench.gate.reframe_references import emit
 
         print(emit(spec, args.emit_reframe_references))
         return 0

@@ -28,12 +28,12 @@ from typing import Callable
 
 import numpy as np
 
-from microbench.gate.columns import Table, per_run_medians
 from microbench.gate.family import holm
-from microbench.gate.keys import ConfigKey
-from microbench.gate.load import run_label, run_time
-from microbench.gate.metrics import higher_is_better
 from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_test, run_correlation, run_test
+from microbench.results.columns import Table, per_run_medians
+from microbench.results.keys import ConfigKey
+from microbench.results.load import run_label, run_time
+from microbench.results.metrics import higher_is_better
 
 #: verdicts; a regression makes ``microbench compare`` exit 1 (an unconfirmed one with --fail-unconfirmed)
 REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED = (

@@ -20,13 +20,13 @@ import sys
 import numpy as np
 
 from microbench.errors import UsageError
-from microbench.gate import select as select_runs
-from microbench.gate.columns import RunInfo, Table
 from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare
-from microbench.gate.compare_report import METHOD, SHOWN_VERDICT, geometric_means, report_lines
-from microbench.gate.load import benchmark_names, load_table, run_time
-from microbench.gate.metrics import LATENCY_STATS, METRICS, check_stat, default_stat, higher_is_better
-from microbench.sizes import parse_sizes
+from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, geometric_means, report_lines
+from microbench.results import selection as select_runs
+from microbench.results.columns import RunInfo, Table
+from microbench.results.load import benchmark_names, load_table, run_time
+from microbench.results.metrics import LATENCY_STATS, METRICS, check_stat, default_stat, higher_is_better
+from microbench.units import parse_sizes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from microbench.gate.select import host_set, mpi_text
+from microbench.results.selection import host_set, mpi_text
 
 
 def facts(meta: dict) -> dict[str, Any]:

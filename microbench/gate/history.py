@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from microbench.gate import keys
-from microbench.gate.columns import RunInfo, Table, per_run_medians
 from microbench.gate.conditions import changes
-from microbench.gate.keys import ConfigKey
-from microbench.gate.load import run_label, run_time
-from microbench.gate.metrics import higher_is_better
 from microbench.gate.steps import Step, detect
-from microbench.sizes import format_size
+from microbench.results import keys
+from microbench.results.columns import RunInfo, Table, per_run_medians
+from microbench.results.keys import ConfigKey
+from microbench.results.load import run_label, run_time
+from microbench.results.metrics import higher_is_better
+from microbench.units import format_size
 
 
 @dataclass

@@ -16,13 +16,15 @@ import json
 import sys
 
 from microbench.errors import UsageError
-from microbench.gate import history, keys, select
-from microbench.gate.columns import RunInfo
+from microbench.gate import history
 from microbench.gate.compare_cli import parse_threshold
-from microbench.gate.load import benchmark_names, load_table, mpi_library, run_label, run_time
-from microbench.gate.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, label
-from microbench.gate.table import num, render
-from microbench.sizes import format_size, parse_sizes
+from microbench.gate.text import num, render
+from microbench.results import keys
+from microbench.results import selection as select
+from microbench.results.columns import RunInfo
+from microbench.results.load import benchmark_names, load_table, mpi_library, run_label, run_time
+from microbench.results.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, label
+from microbench.units import format_size, parse_sizes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

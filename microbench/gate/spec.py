@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
-from microbench.gate import keys
-from microbench.gate.load import benchmark_names
-from microbench.gate.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
-from microbench.pairs import PAIRS
-from microbench.sizes import format_size, parse_sizes
+from microbench.results import keys
+from microbench.results.load import benchmark_names
+from microbench.results.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
+from microbench.units import format_size, parse_sizes
 
 try:  # Python 3.11+
     import tomllib

@@ -19,10 +19,11 @@ import sys
 from pathlib import Path
 
 from microbench.errors import UsageError
-from microbench.gate.load import parse_time
-from microbench.importers import build, nccl_tests, nccl_text, omb
-from microbench.importers.model import ToolRun
+from microbench.importers import nccl_tests, nccl_text, omb
+from microbench.importers import to_records as build
+from microbench.importers.parsed import ToolRun
 from microbench.records import Output, read_runs
+from microbench.results.load import parse_time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,9 +21,9 @@ import os
 import re
 import shlex
 
-from microbench.dtypes import DTYPES
+from microbench.benchmarks.dtypes import DTYPES
 from microbench.errors import UsageError
-from microbench.importers.model import Row, ToolRun
+from microbench.importers.parsed import Row, ToolRun
 
 BENCHMARKS = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
               "broadcast": "broadcast", "reduce": "reduce", "alltoall": "alltoall"}

@@ -7,7 +7,7 @@ import shlex
 
 from microbench.errors import UsageError
 from microbench.importers import nccl_tests as nt
-from microbench.importers.model import ToolRun
+from microbench.importers.parsed import ToolRun
 
 
 class TextReader:

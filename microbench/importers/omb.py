@@ -18,11 +18,11 @@ import argparse
 import re
 import shlex
 
-from microbench.collectives import COLLECTIVES
-from microbench.dtypes import DTYPES, get_dtype
+from microbench.benchmarks.dtypes import DTYPES, get_dtype
+from microbench.benchmarks.table import COLLECTIVES
 from microbench.errors import UsageError
-from microbench.importers.model import Row, ToolRun
-from microbench.sizes import parse_sizes
+from microbench.importers.parsed import Row, ToolRun
+from microbench.units import parse_sizes
 
 #: OMB title (without "OSU MPI" and " Test") -> (microbench benchmark, the MPI call OMB times)
 TITLES = {

@@ -54,7 +54,7 @@ def size_axis(ax, sizes) -> None:
 
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    from microbench.sizes import format_size
+    from microbench.units import format_size
 
     sizes = [s for s in sizes if s and s > 0]
     ax.set_xscale("log", base=2)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from microbench.gate import keys
-from microbench.gate.columns import RunInfo, Table, per_run_medians
-from microbench.gate.keys import ConfigKey
-from microbench.gate.load import mpi_library, run_label, run_time
+from microbench.results import keys
+from microbench.results.columns import RunInfo, Table, per_run_medians
+from microbench.results.keys import ConfigKey
+from microbench.results.load import mpi_library, run_label, run_time
 
 BANDS = {"p10-p90": ("p90", "p10"), "min-max": ("slowest", "fastest"), "none": None}
 BYS = ("auto", "run", "config")

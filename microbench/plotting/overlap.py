@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from microbench.gate.load import mpi_library
 from microbench.records import Run
+from microbench.results.load import mpi_library
 
 
 def overlap_points(runs: list[Run], benchmark: str) -> list[tuple[str, list[int], list[dict]]]:

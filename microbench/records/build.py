@@ -13,16 +13,18 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import microbench
-from microbench import async_progress, buffers, launch, metadata, stats
+from microbench.cluster import async_progress, launch
+from microbench.cluster import facts as metadata
+from microbench.measure import stats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from microbench.cache import PoolPlan
-    from microbench.collectives import Collective
-    from microbench.dtypes import DType
-    from microbench.loops import TimedLoop
+    from microbench.benchmarks.dtypes import DType
+    from microbench.benchmarks.table import Collective
+    from microbench.cluster.world import Layout
+    from microbench.measure.cache import PoolPlan
+    from microbench.measure.loops import TimedLoop
+    from microbench.measure.transport import Transport
     from microbench.options import RunOptions, SizePlan
-    from microbench.transport import Transport
-    from microbench.world import Layout
 
 SCHEMA_VERSION = 1
 
@@ -59,7 +61,7 @@ class Figures:
     huge_page_bytes: int
     wall_s: float
     budget_estimate_s: float | None = None  #: --time-budget: the per-iteration time the count came from
-    stragglers: dict | None = None  #: microbench.stragglers: slowest/fastest rank, skew, node means
+    stragglers: dict | None = None  #: microbench.run.diagnostics.stragglers: slowest/fastest rank, skew, node means
     check_failures: list | None = None  #: the nodes whose received data was wrong (checked runs)
     overlap: dict | None = None  #: non-blocking benchmarks: overlap_stats.summarize
 
@@ -90,8 +92,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
         "version_mismatch": layout.version_mismatch,
         "conditions": {
             "huge_pages": opts.huge_pages,
-            "thp": buffers.thp_mode(),
-            "page_size": buffers.page_size(),
+            "thp": metadata.thp_mode(),
+            "page_size": metadata.page_size(),
             "timer": transport.loop.describe_timer(),
             "cpu": metadata.cpu_model(),
             "cpus_per_rank": launch.cpu_count(),
@@ -163,7 +165,7 @@ def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts
                  iterations: int, warmup: int, loop: LoopFacts, check: str | None, latency_us: dict,
                  matrix_fields: dict, wall_s: float, cycle: dict | None = None) -> dict:
     """The pairwise link test's result for one metric: its matrix, outliers and their rules
-    (``matrix_fields``, from microbench.pairs), with the same core fields as any result."""
+    (``matrix_fields``, from microbench.run.diagnostics.pairs), with the same core fields as any result."""
     algbw = stats.bandwidth_gbps(plan.size_bytes, latency_us["avg"])
     return {
         "type": "result", "run_id": run_id, "benchmark": "pairs", "metric": metric,
@@ -216,14 +218,14 @@ def cycle_record(run_id: str, cycle: dict, ended_utc: str, wall_s: float, checke
 
 
 def soak_record(run_id: str, cycles: list[int], configurations: list[dict]) -> dict:
-    """A soak run's summary over its finished cycles (microbench.soak.summarise makes ``configurations``)."""
+    """A soak run's summary over its finished cycles (microbench.run.diagnostics.soak.summarise makes ``configurations``)."""
     return {"type": "soak", "run_id": run_id, "time_utc": metadata.utc_now(), "cycles": cycles,
             "configurations": configurations}
 
 
 def bisect_record(*, run_id: str, benchmark: str, size_bytes: int, dtype: str, iterations: int, warmup: int,
                   loop: LoopFacts | None, search: dict, wall_s: float, cycle: dict | None = None) -> dict:
-    """The bisection's path and suspects (``search``, from microbench.bisection), with what each round measured."""
+    """The bisection's path and suspects (``search``, from microbench.run.diagnostics.bisection), with what each round measured."""
     return {"type": "bisect", "run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
             "dtype": dtype, "iterations": iterations, "warmup": warmup,
             "loop": loop.kind if loop else None, "call_path": loop.call_path if loop else None,

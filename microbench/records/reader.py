@@ -15,6 +15,7 @@ from typing import Iterable
 from microbench.errors import UsageError
 from microbench.records.build import SCHEMA_VERSION
 
+
 @dataclass
 class Run:
     """One run read back: its metadata line, its result lines, its end line (None if it never ended)."""

@@ -15,9 +15,9 @@ class site_allreduce(microbench_benchmark):
     reference_files = ["refs.json"]   # microbench check --spec site.toml --emit-reframe-references daint:mc
 ```
 
-The spec-to-references conversion (microbench.reframe.references) and the record verdicts
+The spec-to-references conversion (microbench.gate.reframe_references) and the record verdicts
 (microbench.reframe.verdicts) do not need ReFrame; only the test class does, and it is imported on
-first use, so ``import microbench.reframe.references`` works without ReFrame installed.
+first use, so ``import microbench.gate.reframe_references`` works without ReFrame installed.
 """
 
 from __future__ import annotations

@@ -13,13 +13,19 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from microbench.collectives import BLOCKING
+from microbench.benchmarks.table import BLOCKING
 from microbench.errors import UsageError
-from microbench.gate.keys import FIELD_TYPES
+from microbench.gate.reframe_references import (
+    FIRST_CALL,
+    PerfVar,
+    entries_for,
+    load_references,
+    merged_reference,
+    parse_perf_var,
+)
 from microbench.reframe import verdicts
-from microbench.reframe.references import FIRST_CALL, PerfVar, entries_for, load_references, merged_reference, \
-    parse_perf_var
-from microbench.sizes import parse_sizes
+from microbench.results.keys import FIELD_TYPES
+from microbench.units import parse_sizes
 
 
 class microbench_benchmark(rfm.RunOnlyRegressionTest):
@@ -31,7 +37,7 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
     ``ranks`` ranks, the MPI backend used the site MPI and not a bundled wheel (unless
     ``allow_bundled_mpi``), the library, environment and record fields the test or a spec rule
     names, and one result at every size a performance variable reads. Performance variables (see
-    microbench.reframe.references for the names): p50 and p99 latency (us) and the first call (us,
+    microbench.gate.reframe_references for the names): p50 and p99 latency (us) and the first call (us,
     the slowest rank's) at ``latency_sizes``; busbw (GB/s, from the mean latency) at ``busbw_sizes``;
     and every variable the reference files name.
     """

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 
 from microbench.errors import UsageError
-from microbench.gate import keys
-from microbench.reframe.references import PerfVar, asserted_filters
+from microbench.gate.reframe_references import PerfVar, asserted_filters
 from microbench.records import Run, read_runs
-from microbench.sizes import format_size
+from microbench.results import keys
+from microbench.units import format_size
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import argparse
 import json
 from fractions import Fraction
 
+from microbench.benchmarks.workload_sizes import MAPPING_RULE
 from microbench.errors import UsageError
-from microbench.workload import report
-from microbench.workload.benchmarks import MAPPING_RULE
+from microbench.workload import tables as report
 from microbench.workload.compute import RULE as COMPUTE_RULE
 from microbench.workload.compute import compute_vs_communication, per_device_communication_us
 from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload, parallel_dimension

@@ -10,8 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from microbench.workload.buckets import close_when_reached, flush_before_overflow
-from microbench.workload.distribution import (Departure, Distribution, Workload, ceil_div,
-                                              per_parameter_broadcasts)
+from microbench.workload.distribution import Departure, Distribution, Workload, ceil_div, per_parameter_broadcasts
 from microbench.workload.messages import Message, total_wire
 from microbench.workload.model import eq2_data_parallel, eq3_zero3, parameter_tensors
 

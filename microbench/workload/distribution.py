@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from microbench.dtypes import get_dtype
+from microbench.benchmarks.dtypes import get_dtype
 from microbench.errors import UsageError
 from microbench.workload.messages import Message, total_wire
 from microbench.workload.model import Model, parameter_count
 
-#: Training precisions (names as microbench.dtypes knows them).
+#: Training precisions (names as microbench.benchmarks.dtypes knows them).
 TRAINING_DTYPES = ("bf16", "fp16", "fp32")
 
 DATA_PARALLEL_SCHEMES = ("ddp", "zero1", "zero2", "zero3", "zeropp")

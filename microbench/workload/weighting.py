@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
 
-from microbench.workload.benchmarks import BENCHMARK_FOR
+from microbench.benchmarks.workload_sizes import BENCHMARK_FOR
 from microbench.workload.messages import Message, wire_bytes
 
 STATISTICS = {"p50": "p50 (median of all samples)", "avg": "avg (mean across ranks of per-rank means)"}

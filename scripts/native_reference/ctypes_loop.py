@@ -22,7 +22,7 @@ import time
 
 from mpi4py import MPI
 
-from microbench.backends.mpi import _loaded_libmpi
+from microbench.cluster.mpi_runtime import _loaded_libmpi
 
 
 def handle(obj):

@@ -31,9 +31,10 @@ import statistics
 
 import numpy as np
 
-from microbench import native
-from microbench.backends.mpi import import_mpi, library
-from microbench.buffers import HostRegion
+from microbench.cluster.mpi_runtime import import_mpi, library
+from microbench.measure.buffers import HostRegion
+from microbench.measure.native import loops as native_loops
+from microbench.measure.native import toolchain
 
 WARMUP = 200
 BENCHMARKS = ("latency", "allreduce", "iallreduce")
@@ -73,8 +74,8 @@ def main() -> int:
     # equally often (with a multiple of len(names)! blocks) and no loop gains from its place
     block_orders = tuple(itertools.permutations(names))
     version = MPI.Get_library_version()
-    loops = {"native": native.NativeLoop(native.load(native.build(lib.prefix, lib.path), version)),
-             "python": native.ShimPythonLoop(native.load_shim(native.build_shim(lib.prefix, lib.path), version))}
+    loops = {"native": native_loops.NativeLoop(native_loops.load(toolchain.build(lib.prefix, lib.path), version)),
+             "python": native_loops.ShimPythonLoop(native_loops.load_shim(toolchain.build_shim(lib.prefix, lib.path), version))}
     rng = random.Random(7)  # the same orders on every rank
 
     for bench in args.benchmarks.split(","):
@@ -84,10 +85,10 @@ def main() -> int:
             send.bytes[:] = 1
             recv.bytes[:] = 0
             if bench == "latency":
-                call = native.NativeCall("pingpong", comm, MPI.BYTE, send=send.bytes, recv=recv.bytes, count=nbytes,
+                call = native_loops.NativeCall("pingpong", comm, MPI.BYTE, send=send.bytes, recv=recv.bytes, count=nbytes,
                                          peer=1 - rank, initiator=rank == 0, MPI=MPI)
             else:
-                call = native.NativeCall(bench, comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
+                call = native_loops.NativeCall(bench, comm, MPI.FLOAT, MPI.SUM, send=send.view(0, nbytes // 4, np.dtype(np.float32)),
                                          recv=recv.view(0, nbytes // 4, np.dtype(np.float32)), count=nbytes // 4, MPI=MPI)
             prepared = {name: loop.prepare([call]) for name, loop in loops.items()}
             figures: dict[str, list[float]] = {name: [] for name in names}

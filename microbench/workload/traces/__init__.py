@@ -25,8 +25,8 @@ from microbench.workload.traces.kineto import read_kineto
 from microbench.workload.traces.nccl_log import RECORD, read_nccl_log
 from microbench.workload.traces.nccl_profiler import read_nccl_profiler
 from microbench.workload.traces.param import read_param
-from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.tally import TraceReport
 
 READERS = {"nccl": read_nccl_log, "nccl-profiler": read_nccl_profiler, "deepspeed": read_deepspeed,
            "kineto": read_kineto, "execution-trace": read_execution_trace, "param": read_param}

@@ -20,8 +20,8 @@ from collections import Counter
 
 from microbench.workload.traces.launchers import strip_launcher
 from microbench.workload.traces.names import DEEPSPEED_NO_DATA, DEEPSPEED_OPS, NO_DATA, UNCURVED, letters
-from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.tally import TraceReport
 
 _UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 _ROW = re.compile(r"\s+(?P<size>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]?B)\s+(?P<count>\d+)\s+\d")

@@ -22,8 +22,8 @@ from collections import Counter
 from pathlib import Path
 
 from microbench.workload.traces.jsonread import elements, freeze, thaw, top_level_value
-from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.tally import TraceReport
 from microbench.workload.traces.torch_calls import (
     ANNOTATION,
     SYMMETRIC_KERNEL,

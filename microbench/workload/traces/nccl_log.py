@@ -26,8 +26,8 @@ import re
 from collections import Counter, defaultdict
 
 from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, letters
-from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.tally import TraceReport
 
 _CALL = (rb"NCCL INFO ([A-Za-z]+): opCount [0-9a-fA-F]+ (?:sendbuff \S+ recvbuff \S+ (count [^\]\n:]*\])"
          rb"(?: stream \S+ task \d+ globalrank (\d+))?)?")

@@ -26,8 +26,8 @@ from collections import Counter, defaultdict
 
 from microbench.workload.traces.jsonread import freeze
 from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, NCCL_TYPE_NAMES, letters
-from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.tally import TraceReport
 
 EVENT = re.compile(rb'\{"name": "[^"\n]*", "cat": "(?:COLL|P2P)", "ph": "b", [^{}\n]*"args": \{[^{}\n]*\}\}')
 _FIELDS = ("pid", "name", "CommHash", "Rank", "Count", "Datatype")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from microbench.workload.traces.jsonread import elements
-from microbench.workload.traces.report import TraceReport
 from microbench.workload.traces.source import TraceSource
+from microbench.workload.traces.tally import TraceReport
 from microbench.workload.traces.torch_calls import add_metadata_call
 
 

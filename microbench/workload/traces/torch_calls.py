@@ -28,7 +28,7 @@ from microbench.workload.traces.names import (
     UNCURVED,
     letters,
 )
-from microbench.workload.traces.report import TraceReport
+from microbench.workload.traces.tally import TraceReport
 
 #: a ProcessGroup profiling title: backend and op
 ANNOTATION = re.compile(r"(?:nccl|gloo|ucc|mpi|xccl|hccl|cncl|fake):(\w+)$")

@@ -1,0 +1,129 @@
+"""The torch.distributed runtime: importing torch, which backends the build has, joining the process group,
+and the control-plane reductions (``TorchReducer``) on a gloo group.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+
+import numpy as np
+
+from microbench.errors import RunError, UsageError
+
+TORCH_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "auto")
+
+
+def import_torch():
+    """torch and torch.distributed, or a clear error naming the extra to install."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise RunError(f"--backend torch needs PyTorch ({exc}); pip install 'microbench[torch]' "
+                       f"(pip install torch==<version> for a CPU-only build)") from exc
+    return torch, dist
+
+
+def available_backends(dist) -> dict[str, bool]:
+    return {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available(),
+            "ucc": bool(getattr(dist, "is_ucc_available", lambda: False)())}
+
+
+def resolve_backend(name: str, device: str) -> str:
+    """The process-group backend to use: 'auto' is nccl on CUDA and gloo on the CPU; refuse what is missing."""
+    torch, dist = import_torch()
+    have = available_backends(dist)
+    choice = name if name != "auto" else ("nccl" if device == "cuda" else "gloo")
+    if not have.get(choice):
+        offered = ", ".join(k for k, v in have.items() if v) or "none"
+        raise UsageError(f"this torch build ({torch.__version__}) has no {choice} backend "
+                         f"(dist.is_{choice}_available() is False); it offers: {offered}")
+    if choice == "nccl" and device != "cuda":
+        raise UsageError("the nccl backend moves CUDA tensors: add --device cuda, or use --torch-backend gloo")
+    return choice
+
+
+def init_process_group(backend: str, rank: int, size: int, launcher: str | None, bcast=None,
+                       device_index: int | None = None, timeout_s: float = 600.0):
+    """Join the default process group (see the module docstring for the rendezvous)."""
+    torch, dist = import_torch()
+    timeout = dt.timedelta(seconds=timeout_s)
+    kwargs = {}
+    if device_index is not None and backend == "nccl":
+        kwargs["device_id"] = torch.device("cuda", device_index)
+    if launcher == "torchrun":
+        dist.init_process_group(backend, rank=rank, world_size=size, timeout=timeout, **kwargs)
+        return
+    if bcast is None:
+        raise RunError("--backend torch outside torchrun needs MPI (mpiexec or srun) to share the rendezvous")
+    address = None
+    store = None
+    if rank == 0:
+        host = os.environ.get("MICROBENCH_MASTER_ADDR") or socket.gethostname()
+        store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
+        address = (host, store.port)
+    host, port = bcast(address)
+    if rank != 0:
+        store = dist.TCPStore(host, port, size, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
+
+
+class TorchReducer:
+    """Control-plane reductions on a gloo group (used when torchrun started the job: no MPI there)."""
+
+    def __init__(self):
+        self.torch, self.dist = import_torch()
+        self.group = self.dist.new_group(backend="gloo")
+        self.rank, self.size = self.dist.get_rank(), self.dist.get_world_size()
+        d = self.dist
+        self._ops = {"sum": d.ReduceOp.SUM, "min": d.ReduceOp.MIN, "max": d.ReduceOp.MAX}
+
+    def _tensor(self, values: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(values).copy())
+
+    def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        t = self._tensor(values)
+        self.dist.all_reduce(t, op=self._ops[op], group=self.group)
+        return t.numpy()
+
+    def reduce_to_root(self, values: np.ndarray, op: str) -> np.ndarray | None:
+        t = self._tensor(values)
+        self.dist.reduce(t, 0, op=self._ops[op], group=self.group)
+        return t.numpy() if self.rank == 0 else None
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def bcast(self, obj, root: int = 0):
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=root, group=self.group)
+        return box[0]
+
+    def gather(self, obj, root: int = 0):
+        out = [None] * self.size if self.rank == root else None
+        self.dist.gather_object(obj, out, dst=root, group=self.group)
+        return out
+
+    def abort(self, code: int) -> None:
+        # torchrun ends the other workers when one exits with an error
+        os._exit(code)
+
+
+def torch_metadata(backend_name: str, device: str, device_index: int | None) -> dict:
+    """torch version, process-group backend, NCCL version, device name and count, for the run record."""
+    torch, dist = import_torch()
+    out = {"version": torch.__version__, "backend": backend_name, "available": available_backends(dist),
+           "cuda": torch.version.cuda, "device": device}
+    if backend_name == "nccl":
+        try:
+            v = torch.cuda.nccl.version()
+            out["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:  # noqa: BLE001 - informative only
+            out["nccl_version"] = None
+    if device == "cuda" and torch.cuda.is_available():
+        out["device_count"] = torch.cuda.device_count()
+        out["device_index"] = device_index
+        out["device_name"] = torch.cuda.get_device_name(device_index or 0)
+    return out

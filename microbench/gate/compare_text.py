@@ -1,0 +1,128 @@
+"""The text of a comparison: header lines saying how each figure is computed, a row per configuration, and
+(``--table``) a row per benchmark with the geometric mean of its ratios across sizes (as pyperf's
+compare_to summarises a suite)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison
+from microbench.gate.text import num, render
+from microbench.results import keys
+from microbench.results.columns import RunInfo
+from microbench.results.keys import ConfigKey
+from microbench.results.load import mpi_library, time_span
+from microbench.results.metrics import UNITS, explain, higher_is_better
+from microbench.units import format_size
+
+SHOWN_VERDICT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "noise", OK: "ok",
+                 IMPROVED: "improved", IMPROVED_UNCONFIRMED: "improved?"}
+METHOD = ("ratio of medians of per-run values; Welch t-test on winsorized log run values with each side's "
+          "variance inflated for the lag-1 correlation of back-to-back runs (AR(1)); a paired t on log ratios "
+          "when the sides alternate in time; with a lookback, against the spread between days; Holm adjustment "
+          "over all rows; regression = beyond threshold and adjusted p <= 1 - confidence")
+
+
+@dataclass
+class GeoMean:
+    """The ratios of one benchmark's sizes (one size sweep: benchmark and options), summarised."""
+
+    key: ConfigKey  #: the sweep (size None)
+    sizes: int
+    geomean: float  #: exp(mean(log ratio)) over the sizes
+    low: float
+    high: float
+    verdicts: dict[str, int]
+
+    def as_dict(self) -> dict:
+        return {"config": self.key.as_dict(), "sizes": self.sizes, "geometric_mean_ratio": self.geomean,
+                "min_ratio": self.low, "max_ratio": self.high, "verdicts": self.verdicts}
+
+
+def geometric_means(result: Comparison) -> list[GeoMean]:
+    groups: dict[ConfigKey, list] = {}
+    for row in result.rows:
+        groups.setdefault(row.key.without_size(), []).append(row)
+    out = []
+    for key, rows in groups.items():
+        ratios = [r.ratio for r in rows]
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        out.append(GeoMean(key, len(rows), math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios),
+                           max(ratios), counts))
+    return sorted(out, key=lambda g: (g.key.benchmark or "", g.key.sort_key()))
+
+
+def header_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], lookback: int | None) -> list[str]:
+    alpha = result.alpha
+    worse = "falls" if higher_is_better(result.metric) else "rises"
+    methods = sorted({r.test.method for r in result.rows if r.test})
+    test = (f"the new runs against the spread between the baseline's {lookback} latest days (t, days - 1 df)"
+            if lookback else "paired t on the log ratio of neighbouring runs (the sides alternate in time)"
+            if methods == ["pairs"] else "Welch t on log run values")
+    return [
+        f"# microbench compare: baseline {len(baseline)} run(s) ({time_span(baseline)}, "
+        f"{', '.join(sorted({mpi_library(r) for r in baseline}))}), new {len(new)} run(s) ({time_span(new)}, "
+        f"{', '.join(sorted({mpi_library(r) for r in new}))})",
+        f"# per-run value: {explain(result.metric, result.stat)}; ratio = median(new) / median(baseline)",
+        f"# test: {test}, variances x AR(1) factor for back-to-back runs, correlation {result.rho:.2f} "
+        f"({result.rho_source}); p adjusted by Holm over {len(result.rows)} rows: P(any false REGRESSION) "
+        f"<= {alpha * 100:g} %",
+        f"# CI: ratio of geometric means at {result.interval_confidence * 100:.4g} % each (all rows together "
+        f">= {result.confidence * 100:g} %)",
+        f"# REGRESSION: {result.metric} {worse} by more than {result.threshold * 100:g} % and adjusted p <= "
+        f"{alpha:g}; noise: beyond the threshold, not significant; regression?: beyond it, too few runs to test "
+        "(2 a side, or 3 days of lookback)",
+    ]
+
+
+def report_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], args, code: int) -> list[str]:
+    lines = header_lines(result, baseline, new, args.lookback)
+    shared = {r.run_id for r in baseline if r.run_id} & {r.run_id for r in new if r.run_id}
+    if shared:
+        lines.append(f"# note: {len(shared)} run(s) are on both sides: {', '.join(sorted(shared)[:5])}")
+    shown = [n for n in keys.varying_options(r.key for r in result.rows) if n not in ("ranks", "backend")]
+    common = keys.common_options([r.key for r in result.rows])
+    if common != "-":
+        lines.append(f"# common options: {common}")
+    unit = UNITS[result.metric]
+    headers = ["size", "benchmark", "ranks", "backend", *(["options"] if shown else []),
+               f"baseline({unit})", "runs", f"new({unit})", "runs", "ratio", "CI", "p(Holm)", "verdict"]
+    rows = []
+    for r in result.rows:
+        if args.changes_only and r.verdict == OK:
+            continue
+        iv = r.interval
+        base_runs = f"{len(r.baseline)}/{r.days}d" if r.days else str(len(r.baseline))
+        rows.append([format_size(r.key.size_bytes), r.key.benchmark, str(r.key.get("ranks")),
+                     str(r.key.get("backend")), *([keys.describe_options(r.key, shown)] if shown else []),
+                     num(r.baseline_median), base_runs, num(r.new_median), str(len(r.new)), f"{r.ratio:.3f}",
+                     f"[{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "too few runs",
+                     "-" if r.p_adjusted is None else f"{r.p_adjusted:.2g}", SHOWN_VERDICT[r.verdict]])
+    left = {1, 3, *([4] if shown else []), len(headers) - 1}
+    lines += render(headers, rows, left=sorted(left))
+    if getattr(args, "table", False):
+        lines += [""] + geomean_lines(result)
+    for title, only in (("only in baseline", result.only_baseline), ("only in new", result.only_new)):
+        if only:
+            names = ", ".join(f"{k.benchmark} {format_size(k.size_bytes)}" for k in only[:10])
+            lines.append(f"# note: {len(only)} configuration(s) {title}: {names}{' ...' if len(only) > 10 else ''}")
+    summary = ", ".join(f"{result.count(v)} {SHOWN_VERDICT[v]}" for v in SHOWN_VERDICT if result.count(v))
+    lines.append(f"# {len(result.rows)} configuration(s) compared: {summary} -> {'FAIL' if code else 'PASS'}")
+    return lines
+
+
+def geomean_lines(result: Comparison) -> list[str]:
+    """Per benchmark (size sweep): geometric mean of new/baseline across its sizes, range, verdicts."""
+    means = geometric_means(result)
+    shown = [n for n in keys.varying_options(g.key for g in means) if n not in ("size_bytes",)]
+    rows = []
+    for g in means:
+        verdicts = ", ".join(f"{n} {SHOWN_VERDICT[v]}" for v, n in sorted(g.verdicts.items()))
+        rows.append([g.key.benchmark, *([keys.describe_options(g.key, shown)] if shown else []), str(g.sizes),
+                     f"{g.geomean:.3f}", f"{g.low:.3f} .. {g.high:.3f}", verdicts])
+    headers = ["benchmark", *(["options"] if shown else []), "sizes", "geomean ratio", "range", "verdicts"]
+    return ["# per benchmark: geometric mean of the ratios across its sizes (new / baseline)"] + \
+        render(headers, rows, left=[0, 1, len(headers) - 1] if shown else [0, len(headers) - 1])

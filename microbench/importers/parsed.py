@@ -1,0 +1,66 @@
+"""What a parser hands to the record builder: one run of another tool and its measured rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Row:
+    """One measured configuration (a line of the tool's table, or one half of it: in-place or not).
+
+    ``size_bytes`` is already in microbench's definition (see microbench.benchmarks.table); ``latency_us``
+    holds only the statistics the tool printed (or that follow exactly from a printed figure, listed
+    in ``derived``); ``values`` are the tool's own figures as printed, under its column names.
+    """
+
+    benchmark: str
+    size_bytes: int
+    latency_us: dict
+    line: int  #: line number in the file (1-based; JSON: the item's index in "results")
+    values: dict = field(default_factory=dict)
+    derived: dict = field(default_factory=dict)  #: field -> how it follows from the printed figures
+    dtype: str | None = None
+    op: str | None = None
+    in_place: bool | None = None
+    root: int | None = None
+    iterations: int | None = None
+    warmup: int | None = None
+    window: int | None = None
+    check: str | None = None  #: pass | fail | None (no data check printed)
+    send_bytes: int | None = None  #: None: computed from the benchmark's definition where the ranks are known
+    recv_bytes: int | None = None
+
+
+@dataclass
+class ToolRun:
+    """One invocation of the tool as its output shows it."""
+
+    tool: str  #: omb | nccl-tests
+    tool_version: str | None
+    file: str
+    first_line: int
+    backend: str  #: mpi (OMB) | nccl (nccl-tests)
+    rows: list[Row] = field(default_factory=list)
+    ranks: int | None = None
+    hosts_by_rank: list[str] | None = None
+    device: dict = field(default_factory=dict)  #: kind, name, count where known
+    versions: dict = field(default_factory=dict)  #: e.g. {"nccl": "2.27.3"}
+    command: str | None = None  #: the tool's command line, where known
+    options: dict = field(default_factory=dict)  #: the tool's options as printed or given
+    assumed: list[str] = field(default_factory=list)  #: what the import takes for granted, in words
+    definitions: dict = field(default_factory=dict)  #: statistic -> how the tool computed it
+    time_utc: str | None = None
+    time_from: str | None = None
+    start_time_local: str | None = None  #: a time the tool printed without a zone
+    complete: bool = True
+    end_reason: str = ""
+    skipped: list[str] = field(default_factory=list)  #: rows not imported, each with its line and why
+    extra_source: dict = field(default_factory=dict)
+
+    def add(self, row: Row) -> None:
+        """Keep a row; a 0-byte row (OMB's latency starts there) is listed as skipped: microbench sizes start at 1 B."""
+        if row.size_bytes < 1:
+            self.skipped.append(f"line {row.line}: {row.size_bytes} B (microbench sizes start at 1 B)")
+        else:
+            self.rows.append(row)

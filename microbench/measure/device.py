@@ -1,0 +1,317 @@
+"""Device buffers: which GPU a rank uses, what it offers, device pools and the device cache flush.
+
+Every pool has host slots (page-aligned, written by their rank; ``--check`` fills and verifies them) and,
+for ``--device cuda``, device slots of the same shape (torch tensors or cupy arrays) that the transport
+moves. ``push(k)`` copies slot k's host data to the device and ``pull(k)`` back, both outside the timed
+region and followed by a device synchronisation. On the CPU the torch tensors share the host slots'
+memory, so nothing is copied. GPU timing is in microbench.measure.gpu_loops.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from microbench.benchmarks.base import Buffers
+from microbench.benchmarks.checkdata import POISON
+from microbench.errors import RunError
+from microbench.measure.buffers import BufferPool
+
+
+def cuda_runtime(buffer_kind: str):
+    """(module, device count) for the library that will hold device buffers: torch or cupy."""
+    if buffer_kind == "cupy":
+        try:
+            import cupy
+        except ImportError as exc:
+            raise RunError(f"--buffer cupy needs cupy ({exc}); pip install 'microbench[cuda]'") from exc
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # noqa: BLE001 - cupy raises CUDARuntimeError without a driver
+            raise RunError(f"--device cuda: no CUDA device is usable by cupy ({str(exc).splitlines()[0]})") from exc
+        if count < 1:
+            raise RunError("--device cuda: cupy sees no CUDA device")
+        return cupy, count
+    try:
+        import torch
+    except ImportError as exc:
+        raise RunError(f"--device cuda with torch buffers needs PyTorch ({exc})") from exc
+    if not torch.cuda.is_available():
+        raise RunError("--device cuda: no CUDA device (torch.cuda.is_available() is False"
+                       f"{'; this is a CPU-only torch build' if torch.version.cuda is None else ''})")
+    return torch, torch.cuda.device_count()
+
+
+def select_device(local_rank: int | None, count: int, gpus_per_node: int | None) -> int:
+    """One GPU per local rank: local rank modulo the GPUs per node (--gpus-per-node, else all visible)."""
+    per_node = gpus_per_node or count
+    if per_node < 1:
+        raise RunError("--gpus-per-node must be at least 1")
+    index = (local_rank or 0) % per_node
+    if index >= count:
+        raise RunError(f"local rank {local_rank} maps to GPU {index} but only {count} are visible")
+    return index
+
+
+def l2_cache_bytes(buffer_kind: str, index: int) -> int | None:
+    """The GPU's L2 cache size from its properties."""
+    if buffer_kind == "cupy":
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceProperties(index)["l2CacheSize"])
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0)) or None
+
+
+def free_device_bytes(buffer_kind: str, index: int) -> int:
+    if buffer_kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(index):
+            return int(cupy.cuda.runtime.memGetInfo()[0])
+    import torch
+
+    return int(torch.cuda.mem_get_info(index)[0])
+
+
+def cuda_aware_mpi(libmpi_path: str | None) -> bool | None:
+    """Ask the loaded MPI whether it takes CUDA pointers (Open MPI and MPICH extensions); None if it cannot say."""
+    if os.environ.get("MICROBENCH_ASSUME_CUDA_AWARE") in ("0", "1"):
+        return os.environ["MICROBENCH_ASSUME_CUDA_AWARE"] == "1"
+    try:
+        lib = ctypes.CDLL(libmpi_path) if libmpi_path else ctypes.CDLL(None)
+    except OSError:
+        return None
+    query = getattr(lib, "MPIX_Query_cuda_support", None)  # Open MPI (mpi-ext.h)
+    if query is not None:
+        query.restype = ctypes.c_int
+        return bool(query())
+    gpu_query = getattr(lib, "MPIX_GPU_query_support", None)  # MPICH: (MPIX_GPU_SUPPORT_CUDA = 0, int *)
+    if gpu_query is not None:
+        flag = ctypes.c_int(0)
+        gpu_query.restype = ctypes.c_int
+        if gpu_query(ctypes.c_int(0), ctypes.byref(flag)) == 0:
+            return bool(flag.value)
+    return None
+
+
+def address_of(buf) -> int:
+    """Raw address of a numpy array, torch tensor or cupy array (for the native loop)."""
+    if buf is None:
+        return 0
+    if hasattr(buf, "data_ptr"):
+        return int(buf.data_ptr())
+    if hasattr(buf, "ctypes"):
+        return int(buf.ctypes.data)
+    return int(buf.data.ptr)  # cupy
+
+
+class DevicePool:
+    """Host slots for fill/verify and device slots the transport uses; see the module docstring."""
+
+    def __init__(self, host: BufferPool, kind: str, buffer_kind: str, torch_dtype=None, staged: bool = False):
+        self.host = host
+        self.staged_through_host = staged and kind == "cuda"
+        self.slots = host.slots
+        self.kind = kind  # "cpu" or "cuda"
+        self.buffer_kind = buffer_kind  # "numpy", "torch", "cupy"
+        self._torch = None
+        if buffer_kind == "numpy":
+            self.device_slots = host.slots
+        elif kind == "cpu":
+            import torch
+
+            from microbench.measure.backends.torch_dist import host_tensor
+
+            self._torch = torch
+            self.device_slots = [Buffers(*(host_tensor(torch, a) if a is not None else None
+                                           for a in (s.send, s.recv, s.ack))) for s in host.slots]
+        else:
+            self.device_slots = [Buffers(*(self._device_array(a, torch_dtype) for a in (s.send, s.recv, s.ack)))
+                                 for s in host.slots]
+
+    @property
+    def copies(self) -> bool:
+        return self.kind == "cuda"
+
+    def _device_array(self, host_array, torch_dtype):
+        if host_array is None:
+            return None
+        if self.buffer_kind == "cupy":
+            import cupy
+
+            out = cupy.empty(host_array.shape, dtype=host_array.dtype if host_array.dtype.char != "E" else np.uint16)
+            out.fill(0)
+            return out
+        import torch
+
+        self._torch = torch
+        return torch.zeros(host_array.size, dtype=torch_dtype, device="cuda")
+
+    def _pairs(self, k: int):
+        return [(h, d) for h, d in zip((self.slots[k].send, self.slots[k].recv, self.slots[k].ack),
+                                       (self.device_slots[k].send, self.device_slots[k].recv, self.device_slots[k].ack))
+                if h is not None]
+
+    def push(self, k: int) -> None:
+        """Host slot k -> device slot k (untimed), then synchronise."""
+        if not self.copies:
+            return
+        for h, d in self._pairs(k):
+            if self.buffer_kind == "cupy":
+                d.set(h.view(np.uint16) if h.dtype.char == "E" else h)
+            else:
+                from microbench.measure.backends.torch_dist import host_tensor
+
+                d.copy_(host_tensor(self._torch, h))
+        self._sync()
+        if self.staged_through_host:
+            # the staged call must bring its input from the device, as an application's would: poison the host
+            # copy so that a call that forgets to (or a check that reads it) sees wrong data
+            for h, _ in staged_copies(self.slots[k], self.device_slots[k])[0]:
+                h[...] = POISON
+
+    def pull(self, k: int) -> None:
+        """Device slot k -> host slot k (untimed)."""
+        if not self.copies:
+            return
+        self._sync()
+        for h, d in self._pairs(k):
+            if self.buffer_kind == "cupy":
+                host = d.get()
+                h.view(np.uint8)[...] = host.view(np.uint8)
+            else:
+                from microbench.measure.backends.torch_dist import host_tensor
+
+                host_tensor(self._torch, h).copy_(d.cpu())
+
+    def staged(self, k: int, call):
+        """``call`` on host slot k wrapped in the copies a host-only MPI needs (``staged_copies``), all inside
+        the timed call (--stage-host)."""
+        to_host, to_device = staged_copies(self.slots[k], self.device_slots[k])
+        sync = self._sync
+
+        if self.buffer_kind == "cupy":
+            def run():
+                for h, d in to_host:
+                    h.view(np.uint8)[...] = d.get().view(np.uint8)
+                call()
+                for h, d in to_device:
+                    d.set(h.view(np.uint16) if h.dtype.char == "E" else h)
+                sync()
+        else:
+            from microbench.measure.backends.torch_dist import host_tensor
+
+            torch = self._torch
+            pairs_in = [(host_tensor(torch, h), d) for h, d in to_host]
+            pairs_out = [(host_tensor(torch, h), d) for h, d in to_device]
+
+            def run():
+                for h, d in pairs_in:
+                    h.copy_(d)
+                call()
+                for h, d in pairs_out:
+                    d.copy_(h)
+                sync()
+        return run
+
+    def _sync(self) -> None:
+        if self.buffer_kind == "cupy":
+            import cupy
+
+            cupy.cuda.runtime.deviceSynchronize()
+        elif self._torch is not None and self.kind == "cuda":
+            self._torch.cuda.synchronize()
+
+    def huge_page_bytes(self):
+        return self.host.huge_page_bytes()
+
+    def close(self) -> None:
+        self.device_slots = []
+        self.host.close()
+
+
+def staged_copies(host: Buffers, device: Buffers) -> tuple[list, list]:
+    """(device -> host copies before the call, host -> device copies after it), as (host, device) pairs.
+
+    The operation's input goes to the host and its output comes back: the send buffer, then the receive
+    buffer; in place the one (receive) buffer is both, and a send-only buffer (broadcast) comes back too."""
+    send = [(host.send, device.send)] if host.send is not None else []
+    recv = [(host.recv, device.recv)] if host.recv is not None else []
+    return send or recv, recv or send
+
+
+class DeviceFlush:
+    """Writes a device buffer of ``nbytes`` (twice the L2) between iterations, untimed."""
+
+    def __init__(self, nbytes: int, buffer_kind: str = "torch"):
+        if buffer_kind == "cupy":
+            import cupy
+
+            self.buffer = cupy.empty(nbytes, dtype=cupy.uint8)
+        else:
+            import torch
+
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        self.nbytes = nbytes
+        self.address = address_of(self.buffer)
+
+    #: the C loop cannot write this buffer (it is device memory): see NativeLoop.run
+    host_memory = False
+
+    def __call__(self, iteration: int = 0) -> None:
+        """Fill the buffer and wait for the fill: the barrier that follows must not let the timed call start
+        while the device is still writing (a device fill is asynchronous)."""
+        if hasattr(self.buffer, "fill_"):
+            self.buffer.fill_(iteration & 0xFF)
+            import torch
+
+            torch.cuda.synchronize()
+        else:
+            import cupy
+
+            self.buffer.fill(iteration & 0xFF)
+            cupy.cuda.runtime.deviceSynchronize()
+
+    def close(self) -> None:
+        self.buffer = None
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """What --device/--buffer resolved to on this rank."""
+
+    kind: str  # cpu | cuda
+    buffer: str  # numpy | torch | cupy
+    index: int | None
+    name: str | None
+    count: int
+    l2_bytes: int | None
+    #: the GPU's identity (its UUID), so ranks that share a physical GPU can be counted
+    uuid: str | None = None
+    #: the GPU was made current before MPI_Init (UCX and Open MPI pick the NICs near it at init)
+    selected_before_mpi_init: bool | None = None
+
+
+def device_uuid(buffer_kind: str, index: int) -> str | None:
+    """The GPU's UUID from its properties (None where the library does not say)."""
+    try:
+        if buffer_kind == "cupy":
+            import cupy
+
+            raw = cupy.cuda.runtime.getDeviceProperties(index).get("uuid")
+            return raw.hex() if isinstance(raw, bytes) else (str(raw) if raw else None)
+        import torch
+
+        value = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        return str(value) if value else None
+    except Exception:  # noqa: BLE001 - informative only; the count-based guess is used instead
+        return None
+
+
+def ranks_sharing(identities: list[tuple[str, str]], mine: tuple[str, str]) -> int:
+    """How many ranks use the same physical GPU as this one: equal (host, GPU identity) pairs."""
+    return max(1, sum(1 for identity in identities if identity == mine))

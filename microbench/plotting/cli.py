@@ -1,0 +1,106 @@
+"""Latency and bandwidth figures from results: one figure per benchmark, runs and configurations overlaid.
+
+Left: latency against message size (log-log), the line a latency statistic (p50 by default), the band
+its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algbw) = S x factor /
+latency from the same statistics. --by config merges the runs of each configuration: the line is then
+the median over runs and the band the spread over runs. Results of the pairwise link test (``run
+pairs``) become heatmaps, one per matrix, with outlier cells marked. A non-blocking benchmark (iallreduce,
+...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap). PNG, and SVG with --svg. Results of
+benchmarks this command cannot draw are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from microbench.benchmarks.table import PAIRS
+from microbench.errors import UsageError
+from microbench.plotting.heatmap import heatmap
+from microbench.results import selection as select
+from microbench.results.metrics import LATENCY_STATS
+
+#: heatmap(matrix, labels, title, unit, path, outliers) draws an N x N matrix (e.g. pairwise link
+#: results) for other commands; it lives in microbench.plotting.heatmap and is offered here.
+__all__ = ["heatmap", "add_arguments", "main"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="JSONL result files or directories")
+    p.add_argument("-o", "--out-dir", required=True, metavar="DIR", help="folder for the figures (created)")
+    p.add_argument("-b", "--benchmark", action="append", metavar="NAME",
+                   help="only these benchmarks (repeat or comma-separate; pairs: the heatmaps of the pairwise "
+                        "link test); default every one found")
+    p.add_argument("--stat", choices=LATENCY_STATS, default="p50", metavar="STAT",
+                   help=f"latency statistic of the line ({', '.join(LATENCY_STATS)}; default p50)")
+    p.add_argument("--band", choices=("p10-p90", "min-max", "none"), default="p10-p90",
+                   help="spread drawn around the line: p10-p90 (default), min-max, or none")
+    p.add_argument("--by", choices=("auto", "run", "config"), default="auto",
+                   help="one curve per run and configuration, or per configuration with runs merged (median "
+                        "over runs, band over runs, newest run marked); auto (default): per run up to "
+                        "5 runs of a benchmark, merged past that")
+    p.add_argument("--bw", choices=("busbw", "algbw"), default="busbw", help="bandwidth panel (default busbw)")
+    p.add_argument("--svg", action="store_true", help="also write SVG beside each PNG")
+    select.add_arguments(p)
+
+
+def main(args) -> int:
+    from microbench.benchmarks.table import COLLECTIVES
+    from microbench.plotting import curves, overlap
+    from microbench.records import read_runs
+    from microbench.results.load import benchmark_names, load_table
+
+    wanted = benchmark_names(args.benchmark)
+    table = load_table(args.results, stats=curves.band_stats(args.stat, args.band),
+                       selection=select.Selection.from_args(args))
+    found = Counter(table.benchmarks().tolist())
+    for name, count in sorted(found.items(), key=lambda kv: str(kv[0])):
+        if name not in COLLECTIVES and name != PAIRS:
+            note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
+    names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
+    out_dir = Path(args.out_dir)
+    written = []
+    runs = None  #: the runs' records, read when a non-blocking benchmark's overlap is drawn
+    for name in names:
+        by = curves.resolve_by(args.by, len(table.used_runs(curves.benchmark_rows(table, name, args.stat))))
+        series = curves.build_series(table, name, args.stat, args.band, by, args.bw)
+        if not series:
+            note(f"no results of {name} with a {args.stat} latency" + (" (asked for with -b)" if wanted else ""))
+            continue
+        for suffix in (".png", ".svg") if args.svg else (".png",):
+            written.append(curves.draw(name, COLLECTIVES[name].summary, series, table, out_dir / f"{name}{suffix}",
+                                       args.stat, args.band, by, args.bw))
+            if COLLECTIVES[name].nonblocking:  # and its overlap against size (from the records themselves)
+                runs = runs if runs is not None else read_runs(args.results)
+                written += filter(None, [overlap.draw(name, COLLECTIVES[name].summary, runs,
+                                                      out_dir / f"{name}-overlap{suffix}")])
+    if wanted is None or PAIRS in wanted:
+        written += draw_pairs(table, out_dir, args.svg)
+    if not written:
+        raise UsageError(f"nothing to plot in {', '.join(args.results)}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def draw_pairs(table, out_dir: Path, svg: bool) -> list[Path]:
+    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked."""
+    written = []
+    for row in sorted(table.extras):
+        res = table.record(row)
+        if res.get("benchmark") != PAIRS or not res.get("matrix"):
+            continue
+        what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
+        title = f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} ({res['run_id']})"
+        cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
+        stem = f"pairs-{res['metric']}-{res['run_id']}"
+        for suffix in (".png", ".svg") if svg else (".png",):
+            written.append(heatmap(res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
+                                   out_dir / f"{stem}{suffix}", outliers=cells))
+    return written
+
+
+def note(text: str) -> None:
+    print(f"# note: {text}", file=sys.stderr)

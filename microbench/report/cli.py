@@ -1,0 +1,96 @@
+"""One self-contained HTML page of results, to sign off an acceptance run or review a nightly.
+
+  microbench report results/ -o report.html
+  microbench report results/ -o report.html --spec site.toml --baseline nightly/old/ --workload w.json
+
+The page holds the runs' metadata (libraries, hosts, conditions) and what their records lack;
+per benchmark, latency and busbw curves (hover a point for its values, buttons show and hide runs and
+configurations) and the OMB-style tables; with --spec, the check's verdict per rule with its reasons;
+with --baseline, the compare verdicts with their intervals (the RESULTS are the new side); the history of
+each configuration across the runs; the pairwise link test's heatmaps; with --workload, the pricing of
+`microbench workload ... --results RUN.jsonl --json`. Style and script are inline and the page loads
+nothing from the network. Exit 0 when written (whatever the verdicts), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from microbench.errors import UsageError
+from microbench.gate.check import evaluate
+from microbench.gate.compare import compare
+from microbench.gate.compare_cli import parse_threshold
+from microbench.gate.spec import load_spec
+from microbench.report import figures, heatmaps, history, page, verdicts, workload
+from microbench.report import runs as runs_part
+from microbench.report.loaded import Loaded, load
+from microbench.report.markup import Section
+from microbench.results.load import load_table, time_span
+from microbench.results.metrics import LATENCY_STATS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="JSONL result files or directories")
+    p.add_argument("-o", "--out", required=True, metavar="REPORT.html", help="the page to write (.html)")
+    p.add_argument("--spec", metavar="SPEC.toml", help="judge the results against this acceptance spec")
+    p.add_argument("--baseline", action="append", metavar="DIR",
+                   help="compare the results (new) with these baseline runs (files or directories; repeatable)")
+    p.add_argument("--workload", metavar="W.json",
+                   help="workload pricing: the output of microbench workload ... --results RUN.jsonl --json")
+    p.add_argument("--stat", choices=LATENCY_STATS, default="p50", metavar="STAT",
+                   help=f"latency statistic of curves, history and compare ({', '.join(LATENCY_STATS)}; default p50)")
+    p.add_argument("--threshold", default="5%", type=parse_threshold, metavar="PCT",
+                   help="compare: smallest change that counts (default 5%%)")
+    p.add_argument("--title", help="the page's title (default: microbench report and the runs' time span)")
+
+
+def _out_path(text: str) -> Path:
+    path = Path(text)
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"cannot write the report to {path}: the name must end in .html")
+    if path.is_dir():
+        raise UsageError(f"cannot write the report to {path}: it is a directory")
+    return path
+
+
+def build_sections(args, loaded: Loaded) -> list[Section]:
+    """Every part of the page, in reading order; optional parts only when their input was given."""
+    sections = [runs_part.section(loaded)]
+    if args.spec:
+        spec = load_spec(args.spec)
+        sections.append(verdicts.check_section(spec, evaluate(spec, loaded.table)))
+    if args.baseline:
+        baseline = load_table(args.baseline, "baseline", stats=[args.stat])
+        result = compare(baseline, loaded.table, "latency", args.stat, args.threshold)
+        sections.append(verdicts.compare_section(result, len(baseline.used_runs()), len(loaded.order)))
+    sections.append(figures.section(loaded, args.stat))
+    sections.append(history.section(loaded, args.stat))
+    pairs = heatmaps.section(loaded)
+    if pairs:
+        sections.append(pairs)
+    if args.workload:
+        sections.append(workload.section(workload.load(args.workload), args.workload))
+    return sections
+
+
+def main(args) -> int:
+    out = _out_path(args.out)
+    if args.workload:
+        workload.load(args.workload)  # bad input ends here, before any work
+    if args.spec:
+        load_spec(args.spec)
+    loaded = load(args.results)
+    sections = build_sections(args, loaded)
+    title = args.title or f"microbench report: {len(loaded.order)} run(s), " \
+        f"{time_span([loaded.table.runs[i] for i in loaded.order])}"
+    html = page.document(title, [*args.results, *(["--baseline", *args.baseline] if args.baseline else [])],
+                         sections)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(html)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    verdict = "; ".join(f"{s.title}: {s.status}" for s in sections if s.good is not None)
+    print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB)" + (f"; {verdict}" if verdict else ""))
+    return 0

@@ -1,0 +1,103 @@
+"""History: each configuration's value across the runs given, in start-time order, with the steps the gate
+finds (``gate.history.build`` and ``History.find_steps``: ``microbench history``'s own numbers), one chart per
+benchmark with a line per configuration (size and options).
+
+Each point is one run's value of that configuration: its latency statistic (``--stat``, p50 by default; a
+benchmark none of whose runs has it falls back to avg, and says so). Runs without a start time come last.
+A dashed line marks where the MPI library changed from the run before; steps are listed under the chart
+with the recorded conditions that changed where they start (a step nothing explains is what to look into).
+"""
+
+from __future__ import annotations
+
+from microbench.gate import history as gate_history
+from microbench.report import svg
+from microbench.report.figures import FALLBACK_STAT, benchmarks_in
+from microbench.report.loaded import Loaded
+from microbench.report.markup import Section, el, notes, text_el
+from microbench.results.load import mpi_library, run_time
+from microbench.units import format_size
+
+MAX_TICKS = 10
+MIN_STEP, ALPHA = 0.05, 0.05  #: microbench history's defaults (--min-step 5 %, --confidence 0.95)
+
+
+def _when(run) -> str:
+    t = run_time(run)
+    return f"{t:%m-%d %H:%M}" if t else "no time"
+
+
+def build(loaded: Loaded, stat: str) -> gate_history.History:
+    """The history of every configuration at every size, with its steps; avg where nothing has ``stat``."""
+    sizes = sorted(set(loaded.table.size.tolist()) - {-1})
+    hist = gate_history.build(loaded.table, sizes, "latency", stat)
+    hist.find_steps(MIN_STEP, ALPHA)
+    return hist
+
+
+def _step_lines(hist: gate_history.History, names: dict[int, str], columns: list[int]) -> list[str]:
+    out = []
+    for found in hist.steps:
+        if found.column not in columns:
+            continue
+        why = ("conditions changed: " + "; ".join(found.changed)) if found.changed else "no recorded condition changed"
+        out.append(f"step in {hist.labels[found.column]}: x{found.step.ratio:.3g} "
+                   f"({found.step.before:.4g} -> {found.step.after:.4g} us) from {names[id(hist.runs[found.run])]}, "
+                   f"{'worse' if found.worse else 'better'}; {why}")
+    return out
+
+
+def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> tuple[str, list[str]]:
+    """One benchmark's history chart, legend and notes ('' when fewer than two runs measured it)."""
+    columns = [c for c, key in enumerate(hist.columns) if key.benchmark == benchmark]
+    used = [i for i in range(len(hist.runs)) if any((i, hist.columns[c]) in hist.values for c in columns)]
+    if len(used) < 2:
+        return "", []
+    position = {i: n for n, i in enumerate(used)}
+    lines = []
+    for n, c in enumerate(columns):
+        key = hist.columns[c]
+        color, dash = svg.style_of(n)
+        line = svg.Line(f"h{n}", hist.labels[c], f"h{n} size:{key.size_bytes}", color, dash)
+        line.points = [svg.Point(position[i], hist.values[(i, key)], names[id(hist.runs[i])])
+                       for i in used if (i, key) in hist.values]
+        lines.append(line)
+    stride = max(1, -(-len(used) // MAX_TICKS))
+    ticks = [(n, _when(hist.runs[i])) for n, i in enumerate(used) if n % stride == 0]
+    marks = [(n, mpi_library(hist.runs[i])) for n, i in enumerate(used)
+             if n and mpi_library(hist.runs[i]) != mpi_library(hist.runs[used[n - 1]])]
+    axes = svg.make_axes(lines, "index", True, "run (start time, UTC)", f"{hist.stat} latency (us)", x_ticks=ticks)
+    svg_text = svg.line_chart(lines, axes, f"{benchmark}: {hist.stat} latency per run", "us",
+                              f"{hist.stat} latency", marks=marks)
+    sizes = sorted({hist.columns[c].size_bytes for c in columns})
+    several = len(columns) > len(sizes)  # options vary: a button per size helps
+    toggles = svg.group_toggles("sizes:", [(f"size:{s}", format_size(s)) for s in sizes]) if several else ""
+    found = _step_lines(hist, names, columns)
+    body = text_el("h3", f"{benchmark}: {len(used)} runs") + toggles + svg.legend(lines) + \
+        el("div", el("figure", svg_text), class_="charts") + notes(found)
+    return el("div", body, class_="figure-group", id=f"history-{benchmark}"), found
+
+
+def section(loaded: Loaded, stat: str) -> Section:
+    how = text_el("p", "Each point: one run's value of a configuration (benchmark, size, ranks, backend, options), "
+                  "runs in start-time order; dashed lines mark a change of MPI library. Steps: microbench history's "
+                  f"change points (at least {MIN_STEP * 100:g} %, p <= {ALPHA:g}, corrected for the splits tried). "
+                  "Hover for the run and value; the buttons show and hide configurations.", class_="how")
+    names = {id(run): name for run, name in zip(loaded.table.runs, loaded.names)}
+    hist = build(loaded, stat)
+    said = []
+    if not hist.columns and stat != FALLBACK_STAT and FALLBACK_STAT in loaded.table.latency:
+        hist = build(loaded, FALLBACK_STAT)
+        said.append(f"no run has a {stat} latency; the history shows {FALLBACK_STAT}")
+    lacking = len(loaded.order) - len(hist.used_runs())
+    if lacking > 0:
+        said.append(f"{lacking} run(s) have no {hist.stat} latency and are not in the history")
+    groups = [chart(hist, names, b) for b in benchmarks_in(loaded.table)]
+    if not any(html for html, _ in groups):
+        return Section("history", "History", text_el("p", "Fewer than two runs measured any benchmark: no history.")
+                       + notes(said), "", None)
+    steps = sum(len(found) for _, found in groups)
+    worse = sum(f.worse and not f.explained for f in hist.steps)
+    return Section("history", "History", how + notes(said) + "".join(html for html, _ in groups),
+                   f"{sum(bool(h) for h, _ in groups)} benchmark(s), {steps} step(s)"
+                   + (f", {worse} for the worse unexplained" if worse else ""), None if not worse else False)

@@ -1,0 +1,221 @@
+"""A cache of decoded files: each JSONL file's ``FilePart`` kept as msgpack, rebuilt when the file changes.
+
+The JSONL files stay the system of record; the index is only a faster way to read them again. One entry
+per results file, named by a hash of the file's absolute path, holds the part and the file's stamp (size,
+modification time in ns, inode, device) taken before the file was read. An entry is used only while the
+file's stamp is still the same: a nightly job appending a run changes the size, so the file is decoded
+again and its entry rewritten. Entries are written to a temporary name and renamed into place, so a
+reader never sees half an entry; an unreadable or foreign entry is ignored and rewritten.
+
+Where: ``$MICROBENCH_INDEX`` (a folder), else ``$XDG_CACHE_HOME/microbench/index`` (``~/.cache/...``);
+``MICROBENCH_INDEX=off`` reads the JSONL files every time. A folder that cannot be written to is
+skipped silently: the tools then read the JSONL files, as they would without an index.
+
+Decoding is the cold read's cost (about 6 s of CPU per GB of JSONL even with msgspec skipping what it does
+not need, then the part is built and written). When ``PARALLEL_FROM`` or more files are left to read and one
+is not in the index, files not in the index are decoded by worker processes (one per CPU this process may
+run on, at most ``MAX_WORKERS``; ``$MICROBENCH_READ_WORKERS`` sets the number, 1 reads in this process), a
+few files ahead of the one being merged, and merged in order; a nightly read (one new file) never starts
+them. Workers are forked, so only where fork is safe: this process runs one thread. Where files are decoded
+in the tool's own process, their entries are written by one thread beside it (creating and renaming a file
+costs about half a millisecond here, and the thread does it while the next file is decoded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import tempfile
+import threading
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import msgspec
+
+from microbench.errors import UsageError
+from microbench.results.keys import KEY_FIELDS
+from microbench.results.parts import FilePart, PartMaker
+from microbench.results.scan import ScanNotes, decode_file
+from microbench.records import SCHEMA_VERSION
+
+FORMAT = 4  #: the entry layout; entries of another layout, schema or set of key fields are never read
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(FilePart)
+PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers
+MAX_WORKERS = 8
+BATCH = 8  #: files one worker task decodes (fewer, larger messages between the processes)
+LOOKAHEAD = 3  #: tasks in flight per worker
+PENDING_WRITES = 16  #: entries handed to the writer thread and not yet on disk, at most
+
+
+def index_dir() -> Path | None:
+    """The folder holding the entries, or None when the index is off."""
+    chosen = os.environ.get("MICROBENCH_INDEX")
+    if chosen is not None and chosen.strip().lower() in ("off", "0", "no", "none", ""):
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "microbench" / "index"
+
+
+def read_workers() -> int:
+    """Worker processes for decoding: ``$MICROBENCH_READ_WORKERS``, else the CPUs this process may use
+    (at most ``MAX_WORKERS``); 1 when fork is not available or not safe (more than one thread)."""
+    text = os.environ.get("MICROBENCH_READ_WORKERS", "").strip()
+    if text:
+        try:
+            chosen = int(text)
+        except ValueError:
+            chosen = 0
+        if chosen < 1:
+            raise UsageError(f"MICROBENCH_READ_WORKERS={text!r}: expected a whole number of at least 1")
+    else:
+        chosen = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                     MAX_WORKERS)
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    return chosen
+
+
+def stamp_of(path: Path) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+
+
+def entry_path(folder: Path, path: Path) -> Path:
+    name = f"{FORMAT}:{SCHEMA_VERSION}:{','.join(KEY_FIELDS)}:{os.path.abspath(path)}"
+    return folder / f"{hashlib.sha1(name.encode()).hexdigest()}.mbx"
+
+
+@dataclass
+class _Slot:
+    """One file on its way through ``PartReader.parts``: its part, or the worker task that makes it."""
+
+    path: Path
+    stamp: list[int]
+    part: FilePart | None = None
+    entry: str | None = None  #: where a worker stores the index entry (None: not stored)
+    future: Future | None = None  #: the worker task holding this file
+    position: int = 0  #: this file's place in that task
+
+
+def _submit(pool: ProcessPoolExecutor, batch: list[_Slot]) -> None:
+    """One worker task for the files of ``batch`` (emptied)."""
+    future = pool.submit(_decode_in_worker, [(str(s.path), s.stamp, s.entry) for s in batch])
+    for position, slot in enumerate(batch):
+        slot.future, slot.position = future, position
+    batch.clear()
+
+
+class PartReader:
+    """Parts of files, from the index where it is current, else decoded (and the index refreshed)."""
+
+    def __init__(self, notes: ScanNotes):
+        self.notes = notes
+        self.maker = PartMaker()
+        self.folder = index_dir()
+        self.writable = self.folder is not None
+
+    def parts(self, paths: Iterable[Path]) -> Iterator[tuple[Path, FilePart]]:
+        """(file, part) of each file, in the order given; see the module's text for when workers decode."""
+        paths = list(paths)
+        pool: ProcessPoolExecutor | None = None
+        writer: ThreadPoolExecutor | None = None
+        writes: deque[Future] = deque()
+        ahead: deque[_Slot] = deque()  #: files read or being read, in order
+        batch: list[_Slot] = []  #: files for the next worker task
+        workers: int | None = None  #: decided at the first file to decode with PARALLEL_FROM or more left
+        window = 1
+        try:
+            for index, path in enumerate(paths):
+                slot = _Slot(path, stamp_of(path))
+                entry = entry_path(self.folder, path) if self.folder else None
+                slot.part = self._cached(entry, slot.stamp) if entry else None
+                if slot.part is not None:
+                    self.notes.cached += 1
+                elif workers is None and len(paths) - index >= PARALLEL_FROM:
+                    workers = read_workers()
+                    if workers > 1:
+                        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+                        window = workers * LOOKAHEAD * BATCH
+                if slot.part is None and pool is not None:
+                    slot.entry = str(entry) if entry and self.writable else None
+                    batch.append(slot)
+                    if len(batch) == BATCH:
+                        _submit(pool, batch)
+                elif slot.part is None:
+                    slot.part = self.maker.make(decode_file(path), slot.stamp)
+                    if entry and self.writable:
+                        writer = writer or ThreadPoolExecutor(1, thread_name_prefix="microbench-index")
+                        writes.append(writer.submit(self._write_entry, entry, _ENCODER.encode(slot.part)))
+                        while len(writes) > PENDING_WRITES:
+                            writes.popleft().result()
+                ahead.append(slot)
+                while ahead and (ahead[0].part is not None or len(ahead) > window):
+                    if ahead[0].part is None and ahead[0].future is None:
+                        _submit(pool, batch)
+                    yield self._finish(ahead.popleft())
+            if batch:
+                _submit(pool, batch)
+            while ahead:
+                yield self._finish(ahead.popleft())
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+            if writer is not None:
+                writer.shutdown(wait=True)  # every entry on disk before the caller goes on
+
+    def _write_entry(self, entry: Path, data: bytes) -> None:
+        """(In the writer thread.) Store an entry; a folder that cannot be written to is not tried again."""
+        if self.writable and not _store(entry, data):
+            self.writable = False
+
+    def _finish(self, slot: _Slot) -> tuple[Path, FilePart]:
+        if slot.part is None:
+            data, stored = slot.future.result()[slot.position]
+            self.writable = self.writable and stored
+            slot.part = _DECODER.decode(data)
+        self.notes.add(slot.path, slot.part.bad_lines, slot.part.foreign, slot.stamp[0])
+        return slot.path, slot.part
+
+    @staticmethod
+    def _cached(entry: Path, stamp: list[int]) -> FilePart | None:
+        try:
+            part = _DECODER.decode(entry.read_bytes())
+        except (OSError, msgspec.DecodeError):
+            return None
+        return part if part.stamp == stamp else None
+
+
+def _store(entry: Path, data: bytes) -> bool:
+    """Write an entry (to a temporary name, then renamed); False when the folder cannot be written to (a
+    read-only or full cache folder: the JSONL files are read from then on)."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".part-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, entry)
+    except OSError:
+        return False
+    return True
+
+
+_WORKER_MAKER: PartMaker | None = None
+
+
+def _decode_in_worker(files: list[tuple[str, list[int], str | None]]) -> list[tuple[bytes, bool]]:
+    """In a worker: per (file, stamp, entry) its part as msgpack, stored as an entry when ``entry`` is
+    given; [(data, stored)]."""
+    global _WORKER_MAKER
+    _WORKER_MAKER = _WORKER_MAKER or PartMaker()
+    out = []
+    for path, stamp, entry in files:
+        data = _ENCODER.encode(_WORKER_MAKER.make(decode_file(Path(path)), stamp))
+        out.append((data, _store(Path(entry), data) if entry else True))
+    return out

@@ -1,0 +1,75 @@
+"""The outlier rule of the diagnostics: a modified z-score over the median and MAD, in the bad direction only.
+
+Used by the pairwise link test (cells and node rows), straggler attribution and bisection.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+OUTLIER_Z = 3.5
+
+
+_MAD_FLOOR = 0.05
+
+
+@dataclass(frozen=True)
+class Outlier:
+    i: int
+    j: int
+    value: float
+    z: float
+
+
+def outliers(matrix: list[list[float | None]], higher_is_worse: bool, z_limit: float = OUTLIER_Z) -> tuple[list[Outlier], dict]:
+    """Cells of the upper triangle beyond the modified z-score limit in the bad direction, and the rule's numbers."""
+    cells = [(i, j, v) for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
+    if len(cells) < 3:
+        return [], {"median": None, "mad": None, "z_limit": z_limit, "cells": len(cells)}
+    flagged, rule = _flag_cells([v for _, _, v in cells], higher_is_worse, z_limit)
+    found = [Outlier(cells[k][0], cells[k][1], cells[k][2], z) for k, z in flagged]
+    return found, {**rule, "cells": len(cells)}
+
+
+def flag_outliers(values: list[float], higher_is_worse: bool,
+                  z_limit: float = OUTLIER_Z) -> tuple[list[tuple[int, float]], dict]:
+    """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule
+    (the pairwise test's, also used by straggler attribution and bisection)."""
+    med = statistics.median(values)
+    mad = max(statistics.median(abs(v - med) for v in values), _MAD_FLOOR * abs(med))
+    found = []
+    for k, v in enumerate(values):
+        z = 0.6745 * (v - med) / mad if mad > 0 else 0.0
+        if (z > z_limit) if higher_is_worse else (z < -z_limit):
+            found.append((k, z))
+    bound = med + (1 if higher_is_worse else -1) * z_limit * mad / 0.6745
+    return found, {"median": med, "mad": mad, "z_limit": z_limit, "threshold": bound}
+
+
+def _flag_cells(values: list[float], higher_is_worse: bool, z_limit: float) -> tuple[list[tuple[int, float]], dict]:
+    """``flag_outliers`` for matrix cells. Where lower is worse (bandwidth) the rule is applied to the
+    reciprocals, the time per byte each cell is measured from: bandwidth is bounded below by 0, so with links
+    that spread by more than 19 % of their median a threshold in GB/s falls below zero and no link, not even a
+    dead one, could be flagged. z is then negative for slow cells, and the median and threshold are given back
+    in the cells' unit."""
+    if higher_is_worse:
+        return flag_outliers(values, True, z_limit)
+    found, rule = flag_outliers([1.0 / v if v > 0 else float("inf") for v in values], True, z_limit)
+    return ([(k, -z) for k, z in found],
+            {"median": 1.0 / rule["median"] if rule["median"] else float("inf"), "mad": rule["mad"],
+             "mad_of": "the reciprocals of the cells", "z_limit": z_limit, "threshold": 1.0 / rule["threshold"]})
+
+
+def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
+                  z_limit: float = OUTLIER_Z) -> tuple[list[tuple[int, float, float]], dict]:
+    """Participants whose row median (their links to everyone else) is an outlier among all row medians.
+
+    Returns [(participant index, row median, z)] and the rule's numbers; needs at least 4 participants."""
+    rows = [[v for j, v in enumerate(row) if j != i and v is not None] for i, row in enumerate(matrix)]
+    medians = [statistics.median(r) if r else None for r in rows]
+    known = [(i, m) for i, m in enumerate(medians) if m is not None]
+    if len(known) < 4:
+        return [], {"median": None, "mad": None, "z_limit": z_limit, "nodes": len(known)}
+    found, rule = _flag_cells([m for _, m in known], higher_is_worse, z_limit)
+    return [(known[k][0], known[k][1], z) for k, z in found], {**rule, "nodes": len(known)}

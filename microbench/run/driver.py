@@ -1,0 +1,174 @@
+"""``microbench run`` on every rank, top-down: options -> world -> transport -> preflight -> run record ->
+sweep -> pairs -> bisect (once, or once per soak cycle) -> end record.
+
+Errors found before the ranks can talk (a bad option on one rank) are held until the world exists and then
+raised on every rank together (microbench.cluster.agree). From the run record on, rank 0 writes every record
+through one writer; the watchdog and the signal thread close the records on a stall or a signal, so a run
+that dies keeps every size it finished.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+from microbench.benchmarks.table import COLLECTIVES
+from microbench.cluster import agree, launch
+from microbench.cluster import facts as metadata
+from microbench.cluster.nodes import NodePlane
+from microbench.cluster.world import World, gather_layout, init_world
+from microbench.errors import RunError, UsageError
+from microbench.measure.device import DeviceChoice
+from microbench.measure.testhooks import FaultHooks
+from microbench.measure.transport import Transport, choose_loop, open_transport, select_device
+from microbench.options import RunOptions
+from microbench.records import Output, build
+from microbench.run import cli as run_args
+from microbench.run import preflight, sweep
+from microbench.run import watchdog as faults
+from microbench.run.context import RunContext
+from microbench.run.diagnostics import bisection, pairs, soak
+from microbench.run.terminal import Progress, Table
+
+HELP = run_args.__doc__
+add_arguments = run_args.add_arguments
+
+
+def main(args) -> int:
+    """The ``run`` verb."""
+    return run(args, args._argv)
+
+
+def run(args, argv: list[str]) -> int:
+    """Entry point of ``microbench run`` on every rank (and in the ``--np`` parent); returns the exit status."""
+    info = launch.discover()
+    launching = args.np is not None and not info.under_launcher  # this process starts the ranks and waits
+    opts, hooks, error = _read_options(args, warn=info.rank == 0 and not launching)
+    if launching:
+        return _launch_local(opts, error, args.np, argv)
+
+    state = faults.RunState(info.rank)
+    faults.SignalGuard(state)
+    selected, error = _select_device(opts, error)  # before MPI_Init: CUDA-aware MPIs pick NICs near the GPU
+    world = init_world()
+    watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.abort)
+    watchdog.arm("setup (MPI, agreement, loop build)")
+    if error is None and args.np is not None and args.np != world.nranks:
+        error = UsageError(f"--np {args.np} but the launcher started {world.nranks} ranks")
+    agree.raise_if_any(world.reducer, error)
+    agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
+
+    rc = set_up(world, opts, hooks, watchdog, selected)
+    pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
+    bisect_plan = bisection.plan(rc.nodes.nodes, opts) if opts.bisect else None
+    cycles = soak.Soak(rc)
+    if world.rank == 0:
+        _open_records(rc, state, argv, pairs_plan, cycles)
+
+    failed: list[str] = []
+    status, reason = "failed", "interrupted"
+    try:
+        failed = cycles.run(lambda cycle_rc: _measure(cycle_rc, pairs_plan, bisect_plan))
+        status, reason = "complete", ""
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc} (during {state.where})"
+        raise
+    finally:
+        watchdog.disarm()
+        state.close(status, reason)
+    world.close()
+    if failed and world.rank == 0:
+        print(f"microbench: check FAILED: {', '.join(failed)}", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisection.Plan | None) -> list[str]:
+    """Collective: every benchmark's sweep, then the pairwise test and the bisection; what failed its check."""
+    failed = []
+    for name in rc.opts.benchmarks:
+        failed += [f"{name} {size}" for size in sweep.run_benchmark(rc, COLLECTIVES[name])]
+    if pairs_plan is not None:
+        failed += pairs.run_pairs(rc, pairs_plan)
+    if bisect_plan is not None:
+        failed += bisection.run_bisection(rc, bisect_plan)
+    return failed
+
+
+def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog,
+           selected: tuple[DeviceChoice, int | None] | None = None) -> RunContext:
+    """Collective: transport -> hosts -> preflight -> timed loop; the run's context (records not opened).
+
+    ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
+    transport = open_transport(world, opts, selected or select_device(opts))
+    layout = gather_layout(world.reducer, metadata.versions(), _mpi_first_line(transport))
+    preflight.check_run(opts, world, layout, transport)
+    choose_loop(world, opts, transport)
+    return RunContext(opts, world, layout, transport, hooks, watchdog,
+                      run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
+                      nodes=NodePlane.build(world.reducer, layout.hosts_by_rank))
+
+
+def _read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
+    """The options and the test hooks, or the usage error to raise once every rank can hear it."""
+    try:
+        opts = RunOptions.from_args(args)
+        hooks = FaultHooks.from_env(warn=warn)
+        hooks.check_usable(opts.timeout)
+        return opts, hooks, None
+    except UsageError as exc:
+        return None, FaultHooks({}), exc
+
+
+def _select_device(opts: RunOptions | None, error: Exception | None):
+    """This rank's device, chosen before MPI starts; an error is kept for the ranks to agree on."""
+    if error is not None:
+        return None, error
+    try:
+        return select_device(opts), None
+    except (UsageError, RunError) as exc:
+        return None, exc
+
+
+def _launch_local(opts: RunOptions | None, error: Exception | None, nranks: int, argv: list[str]) -> int:
+    """``--np N`` outside a launcher: check what can be checked here, then start N ranks under mpiexec."""
+    if nranks < 1:
+        raise UsageError(f"--np must be at least 1 (got {nranks})")
+    if error:
+        raise error
+    preflight.validate_for_ranks(opts, nranks, nranks)
+    preflight.preflight_local(opts)
+    return launch.self_launch(argv, nranks)
+
+
+def _mpi_first_line(transport: Transport) -> str:
+    lib = transport.lib
+    return lib.version_string.splitlines()[0] if lib and lib.version_string else ""
+
+
+def _open_records(rc: RunContext, state: faults.RunState, argv: list[str], pairs_plan, cycles: soak.Soak) -> None:
+    """Rank 0: the progress bar, the one writer, the run record, and the notes and warnings it carries."""
+    from microbench.cluster.mpi_runtime import shadow_warning
+
+    o = rc.opts
+    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(pairs_plan.schedule) if pairs_plan else 0)
+    rc.progress = Progress(total * (o.cycles or 1))
+    rc.out = Output(o.out, o.csv, Table(progress=rc.progress), samples_path=o.samples)
+    state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
+    rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport))
+    if rc.transport.notice:
+        rc.note(rc.transport.notice)
+    warnings = [shadow_warning(rc.transport.lib) if rc.transport.lib else None]
+    if rc.layout.version_mismatch:
+        warnings.append(f"library versions differ between ranks: {', '.join(rc.layout.version_mismatch)}")
+    for text in filter(None, warnings):
+        print(f"microbench: warning: {text}", file=sys.stderr, flush=True)
+        rc.note(text)
+
+
+def _close_records(rc: RunContext, status: str, reason: str, cycles: soak.Soak) -> None:
+    """Rank 0: the soak summary and the run's end record (called once, from whichever thread ends the run)."""
+    with rc.out.lock:  # no result or cycle record slips in between the summary and the end record
+        cycles.close()
+        rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results)))
+        rc.out.close()
+
