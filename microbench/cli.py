@@ -18,9 +18,10 @@ from microbench.errors import RunError, UsageError
 
 #: verb -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> int, and its
 #: ``HELP`` (else its docstring) is the verb's --help text; ``args._argv`` holds the command's arguments as
-#: typed (after the program name).
+#: typed (after the program name). A verb's module is imported only when that verb is asked for, so
+#: ``--version``, ``--help`` and one verb pay for nothing else.
 VERBS = {
-    "run": ("microbench.run.driver", "measure benchmarks over a size sweep"),
+    "run": ("microbench.run.cli", "measure benchmarks over a size sweep"),
     "workload": ("microbench.workload.cli", "message-size distributions of LLM training, and their cost"),
     "check": ("microbench.gate.check_cli", "judge results against an acceptance spec (pass/fail)"),
     "compare": ("microbench.gate.compare_cli", "compare new results against baseline runs"),
@@ -43,18 +44,29 @@ class Parser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
-def build_parser() -> Parser:
+def _verb_in(argv: list[str]) -> str | None:
+    """The verb the command line asks for (its first word that is not an option), if it is one."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in VERBS else None
+
+
+def build_parser(argv: list[str] | None = None) -> Parser:
+    """The parser; only the verb named in ``argv`` gets its arguments (and its module imported)."""
     parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."),
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     sub.required = True
+    chosen = _verb_in(argv or [])
     for verb, (module_name, help_text) in VERBS.items():
+        if verb != chosen:
+            sub.add_parser(verb, help=help_text, description=help_text)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and module_name.startswith(exc.name):
-                continue  # a verb whose module is not in this build
+                raise UsageError(f"the {verb} verb is not in this build ({exc.name} is missing)") from None
             raise
         description = getattr(module, "HELP", None) or module.__doc__ or help_text
         p = sub.add_parser(verb, help=help_text, description=description.strip(),
@@ -109,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser(argv).parse_args(argv)
         except UsageError as exc:
             _collective_usage_error(argv, exc)
             raise

@@ -37,7 +37,7 @@ def world():
 
 
 def _options(*argv: str) -> RunOptions:
-    args = build_parser().parse_args(["run", *argv])
+    args = build_parser(["run", *argv]).parse_args(["run", *argv])
     return RunOptions.from_args(args)
 
 

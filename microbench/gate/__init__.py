@@ -1,5 +1,5 @@
-"""Tools that read records: acceptance checks (check), regression comparison (compare), history.
-
-The configuration key that makes two results comparable is defined once, in ``keys.py``; what number
-is read from a record (a latency statistic, or a bandwidth from it) once, in ``metrics.py``.
+"""Verdicts on results read through ``microbench.results``: acceptance checks against a spec (``check``,
+``spec``, ``junit``, ``check_cli``), regression comparison against baselines (``compare``, ``compare_text``,
+``compare_cli``, with the statistics in ``ratiotest``, ``tdist``, ``family``), history and its steps (``history``,
+``steps``, ``conditions``, ``history_cli``), and a spec written as ReFrame references (``reframe_references``).
 """

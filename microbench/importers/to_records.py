@@ -1,6 +1,6 @@
 """Records from another tool's run: the run, result and end records microbench writes, with their source.
 
-Fields mirror ``microbench run``'s records (microbench/session.py) where the tool's output tells them.
+Fields mirror ``microbench run``'s records (``microbench.records.build``) where the tool's output tells them.
 What it does not tell is never guessed: a measurement field (dtype, op, iterations ...) is null, a
 field that has no null form (the run's time, hosts) is left out, and either way it is named in
 ``source.unknown``. The fields of microbench's own timed loop (loop, call_path, timer, cache, pool,

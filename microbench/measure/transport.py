@@ -3,8 +3,9 @@
 ``open_transport`` is collective: every rank picks its GPU (``--device cuda``), joins the backend (a
 duplicate of MPI_COMM_WORLD for ``--backend mpi``, a new torch.distributed group for ``--backend torch``),
 and all ranks agree on staging and on the timed loop, so an error or a missing piece on one rank ends or
-changes the run on every rank alike. The ``Transport`` it returns builds the buffers and the per-slot
-calls of each size.
+changes the run on every rank alike. The ``Transport`` it returns is complete: it builds the buffers and the
+per-slot calls of each size (on the run's communicator or a sub-communicator), and answers what callers ask
+of the backend (the call a primitive makes, where in-place results land).
 """
 
 from __future__ import annotations
@@ -72,20 +73,41 @@ class Transport:
             return DeviceFlush(2 * self.cache_bytes, "cupy" if self.device.buffer == "cupy" else "torch")
         return CacheFlush(2 * self.cache_bytes)
 
-    def calls(self, coll: Collective, ctx: Context, pool) -> tuple[list[Callable], Any, TimedLoop]:
-        """(one call per pool slot, the backend they use, the loop to time them with).
+    @property
+    def result_at_rank(self) -> bool:
+        """In-place reduce_scatter leaves each rank's block at its own offset (NCCL, torch), not the first (MPI)."""
+        return self.python_backend.in_place_result_at_rank
+
+    def call_name(self, primitive: str) -> str | None:
+        """The library call a benchmark primitive makes here ("MPI_Allreduce", "all_reduce")."""
+        return self.python_backend.call_name(primitive)
+
+    def split(self, color: int | None, key: int):
+        """MPI: the sub-communicator of the ranks with the same ``color`` (MPI_Comm_split; collective), None
+        on a rank whose color is None."""
+        if getattr(self.python_backend, "comm", None) is None:
+            raise RunError("sub-communicators need --backend mpi")
+        MPI = self.python_backend.MPI
+        comm = self.python_backend.comm.Split(MPI.UNDEFINED if color is None else color, key)
+        return None if comm == MPI.COMM_NULL else comm
+
+    def calls(self, coll: Collective, ctx: Context, pool, comm=None) -> tuple[list[Callable], Any, TimedLoop]:
+        """(one call per pool slot, the backend they use, the loop to time them with), on the run's
+        communicator or on ``comm`` (a sub-communicator from ``split``).
 
         Staged through the host (--stage-host), MPI moves the host slots and each call copies the device
         data across before and after, inside the timing. Element counts the C loop cannot take (above
         2^31-1) fall back to the Python loop for that size."""
+        backend, python_backend = self.backend, self.python_backend
+        if comm is not None:
+            backend, python_backend = backend.on(comm), python_backend.on(comm)
         if self.staged:
-            calls = [pool.staged(k, coll.build(self.python_backend, slot, ctx)) for k, slot in enumerate(pool.slots)]
-            return calls, self.python_backend, self.loop
+            calls = [pool.staged(k, coll.build(python_backend, slot, ctx)) for k, slot in enumerate(pool.slots)]
+            return calls, python_backend, self.loop
         try:
-            return [coll.build(self.backend, slot, ctx) for slot in pool.device_slots], self.backend, self.loop
+            return [coll.build(backend, slot, ctx) for slot in pool.device_slots], backend, self.loop
         except NativeUnavailable:
-            return ([coll.build(self.python_backend, slot, ctx) for slot in pool.device_slots], self.python_backend,
-                    PythonLoop())
+            return [coll.build(python_backend, slot, ctx) for slot in pool.device_slots], python_backend, PythonLoop()
 
     def describe(self) -> str:
         """The transport as the table header names it: "Open MPI v5.0.11" or "gloo, torch 2.13.0"."""
@@ -112,6 +134,7 @@ def open_transport(world: World, opts: RunOptions, selected: tuple[DeviceChoice,
     # Staging is decided per rank (is this node's MPI CUDA-aware?); the timed loop must be the same on
     # every rank, so one rank that stages makes every rank stage.
     transport.staged = agree.any_rank(world.reducer, transport.staged)
+    _choose_loop(world, opts, transport)
     return transport
 
 
@@ -194,7 +217,7 @@ def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache
                      torch_runtime.torch_metadata(name, opts.device, device.index))
 
 
-def choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:
+def _choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:
     """The timed loop, by ``--loop`` (collective: every rank makes the same choice).
 
     torch: CUDA events (or a CUDA graph) on CUDA, else the Python loop, both chosen with the backend. MPI:

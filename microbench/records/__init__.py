@@ -8,8 +8,9 @@ A file holds one or more runs, appended. Each run is:
   flushed to disk as soon as the size is done, in a single ``write`` so a killed job leaves no partial line;
 - one ``{"type": "end", "status": "complete" | "incomplete" | "failed", ...}`` line when the run stops.
 
-``--samples`` writes ``{"type": "samples", ...}`` lines (every rank's raw latencies) to a file of its own.
-The JSON Schema of all four is ``schema.json`` here (``schema_path()``); docs/records.md describes every
+``--samples`` writes ``{"type": "samples", ...}`` lines (every rank's raw latencies) to a file of its own; the
+diagnostics add ``cycle``, ``soak`` and ``bisect`` lines, and the pairwise link test writes ``result`` lines of
+benchmark ``pairs`` (a matrix). The JSON Schema of every type is ``schema.json`` here (``schema_path()``); docs/records.md describes every
 field. Readers skip fields they do not know and refuse schema versions newer than ``SCHEMA_VERSION``.
 """
 

@@ -2,8 +2,9 @@
 diagnostics' cycle, soak and bisect records.
 
 Field by field they are described in docs/records.md and checked by the JSON Schema beside this module
-(``schema.json``). Builders take what the run path computed and lay it out; they compute nothing but
-the bandwidths, so a figure in a record has one place where its definition can be read.
+(``schema.json``). Builders take what the run path computed and lay it out (the run record also collects the system facts of
+``microbench.cluster.facts``); of the figures they compute only the bandwidths, so a figure in a record has one
+place where its definition can be read.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         record["requested_bytes"] = requested
     if opts.time_budget is not None:
         record["time_budget"] = {"seconds": opts.time_budget, "per_iteration_s": figures.budget_estimate_s}
-    mpi_call = transport.python_backend.call_name(coll.primitive)
+    mpi_call = transport.call_name(coll.primitive)
     if mpi_call:
         record["mpi_call"] = mpi_call
     record.update(_diagnostic_fields(figures, cycle))

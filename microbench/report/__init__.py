@@ -3,5 +3,5 @@
 ``cli`` reads the inputs and writes the page; each part of the page is one module: ``runs`` (metadata and
 what the records lack), ``verdicts`` (check and compare), ``figures`` (curves and OMB-style tables),
 ``history``, ``heatmaps`` (pairwise link test), ``workload`` (pricing); ``svg`` draws line charts, ``markup``
-builds HTML, ``page`` assembles the document. Verdicts, keys and loading are the gate's own functions.
+builds HTML, ``page`` assembles the document. Verdicts are the gate's own functions; keys and loading are ``microbench.results``'.
 """

@@ -1,6 +1,6 @@
 """Streaming the JSON Lines records for the gate tools: each file decoded once, only the fields they read.
 
-The JSONL files are the system of record (``records.py`` writes them); this module reads them fast and in
+The JSONL files are the system of record (``microbench.records.writer`` writes them); this module reads them fast and in
 bounded memory. A file is read whole (one nightly file is a few hundred kB) and decoded by msgspec into
 small typed structs that hold only the fields a gate tool reads: the configuration key, the latency
 statistics asked for, bandwidth inputs, check state, pairs matrices (kept as raw JSON until drawn), and

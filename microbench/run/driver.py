@@ -20,33 +20,19 @@ from microbench.cluster.world import World, gather_layout, init_world
 from microbench.errors import RunError, UsageError
 from microbench.measure.device import DeviceChoice
 from microbench.measure.testhooks import FaultHooks
-from microbench.measure.transport import Transport, choose_loop, open_transport, select_device
+from microbench.measure.transport import Transport, open_transport, select_device
 from microbench.options import RunOptions
 from microbench.records import Output, build
-from microbench.run import cli as run_args
-from microbench.run import preflight, sweep
+from microbench.run import preflight, sweep, terminal
 from microbench.run import watchdog as faults
 from microbench.run.context import RunContext
 from microbench.run.diagnostics import bisection, pairs, soak
 from microbench.run.terminal import Progress, Table
 
-HELP = run_args.__doc__
-add_arguments = run_args.add_arguments
-
-
-def main(args) -> int:
-    """The ``run`` verb."""
-    return run(args, args._argv)
-
-
 def run(args, argv: list[str]) -> int:
-    """Entry point of ``microbench run`` on every rank (and in the ``--np`` parent); returns the exit status."""
+    """``microbench run`` on every rank; returns the exit status."""
     info = launch.discover()
-    launching = args.np is not None and not info.under_launcher  # this process starts the ranks and waits
-    opts, hooks, error = _read_options(args, warn=info.rank == 0 and not launching)
-    if launching:
-        return _launch_local(opts, error, args.np, argv)
-
+    opts, hooks, error = read_options(args, warn=info.rank == 0)
     state = faults.RunState(info.rank)
     faults.SignalGuard(state)
     selected, error = _select_device(opts, error)  # before MPI_Init: CUDA-aware MPIs pick NICs near the GPU
@@ -86,7 +72,10 @@ def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisecti
     """Collective: every benchmark's sweep, then the pairwise test and the bisection; what failed its check."""
     failed = []
     for name in rc.opts.benchmarks:
-        failed += [f"{name} {size}" for size in sweep.run_benchmark(rc, COLLECTIVES[name])]
+        coll = COLLECTIVES[name]
+        if rc.out is not None:
+            rc.out.section(terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host)))
+        failed += [f"{name} {size}" for size in sweep.run_benchmark(rc, coll)]
     if pairs_plan is not None:
         failed += pairs.run_pairs(rc, pairs_plan)
     if bisect_plan is not None:
@@ -96,19 +85,18 @@ def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisecti
 
 def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog,
            selected: tuple[DeviceChoice, int | None] | None = None) -> RunContext:
-    """Collective: transport -> hosts -> preflight -> timed loop; the run's context (records not opened).
+    """Collective: transport (with its timed loop) -> hosts -> preflight; the run's context (records not opened).
 
     ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
     transport = open_transport(world, opts, selected or select_device(opts))
     layout = gather_layout(world.reducer, metadata.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)
-    choose_loop(world, opts, transport)
     return RunContext(opts, world, layout, transport, hooks, watchdog,
                       run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
                       nodes=NodePlane.build(world.reducer, layout.hosts_by_rank))
 
 
-def _read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
+def read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
     """The options and the test hooks, or the usage error to raise once every rank can hear it."""
     try:
         opts = RunOptions.from_args(args)
@@ -127,17 +115,6 @@ def _select_device(opts: RunOptions | None, error: Exception | None):
         return select_device(opts), None
     except (UsageError, RunError) as exc:
         return None, exc
-
-
-def _launch_local(opts: RunOptions | None, error: Exception | None, nranks: int, argv: list[str]) -> int:
-    """``--np N`` outside a launcher: check what can be checked here, then start N ranks under mpiexec."""
-    if nranks < 1:
-        raise UsageError(f"--np must be at least 1 (got {nranks})")
-    if error:
-        raise error
-    preflight.validate_for_ranks(opts, nranks, nranks)
-    preflight.preflight_local(opts)
-    return launch.self_launch(argv, nranks)
 
 
 def _mpi_first_line(transport: Transport) -> str:

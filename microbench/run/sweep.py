@@ -20,7 +20,7 @@ from microbench.options import SizePlan, cache_passes, counts_for, dtype_for, pl
 from microbench.records import build
 from microbench.run.context import RunContext
 from microbench.run.diagnostics import stragglers
-from microbench.run.terminal import section_lines
+from microbench.run.measure_pool import measure_on_pool
 from microbench.units import format_bytes, format_size
 
 
@@ -42,7 +42,7 @@ def context_for(rc: RunContext, coll: Collective) -> Context:
     peer, initiator = pair_of(rc.rank, rc.nranks) if coll.point_to_point else (None, False)
     return Context(rank=rc.rank, nranks=rc.nranks, op=o.op, root=o.root,
                    in_place=rc.transport.in_place_for(coll, o), window=o.window, peer=peer, initiator=initiator,
-                   result_at_rank=rc.transport.python_backend.in_place_result_at_rank)
+                   result_at_rank=rc.transport.result_at_rank)
 
 
 def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
@@ -50,12 +50,6 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
     o = rc.opts
     dtype = dtype_for(o, coll)
     ctx = context_for(rc, coll)
-    if rc.out is not None:
-        extra = (["cache"] if o.cache != "warm" else []) + (["first"] if o.first_call_samples > 1 else [])
-        extra += list(STRAGGLER_COLUMNS) if o.straggler_columns else []
-        lines = section_lines(coll, dtype, o, rc.transport, rc.nranks, len(rc.layout.ranks_per_host), ctx.in_place)
-        rc.out.section({"benchmark": coll.name, "summary": coll.summary, "lines": lines, "extra_columns": extra,
-                        "table": "overlap" if coll.nonblocking else "latency"})
     failed, skipped, rounded, measured = [], [], [], set()
     for size in o.sizes_for(coll.name):
         plan = plan_size(coll, size, rc.nranks, dtype, ctx.in_place)
@@ -84,7 +78,6 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
     return rc.reducer.bcast(failed, root=0)
 
 
-STRAGGLER_COLUMNS = ("skew", "slowest", "fastest")  #: the table's optional straggler columns
 
 
 def _failure_text(result: dict, size: int, mode: str | None) -> str:
@@ -139,13 +132,10 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
                      first_call: bool):
     """Build the calls on ``pool`` and time them: (measurement, loop facts, further first calls, huge-page bytes)."""
     coll, plan = job.coll, job.plan
-    calls, backend, loop = rc.transport.calls(coll, job.ctx, pool)
-    loop = rc.hooks.slowed(rc.rank, loop)  # MICROBENCH_TEST_SLOW_RANK (tests only)
-    hooks = rc.hooks.at(rc.rank, coll.name, plan.size_bytes)
-    hooks.at_start(f"rank {rc.rank} at {coll.name} {plan.size_bytes} B")
-    copies = {"push": pool.push, "pull": pool.pull} if pool.copies else {}
-    m = engine.measure(coll, job.ctx, pool.slots, calls, loop, settings, backend.barrier(),
-                       lambda v: agree.max_of(rc.reducer, v), job.timing, hooks=hooks, **copies)
+    measured = measure_on_pool(rc, coll, job.ctx, pool, plan.size_bytes, settings,
+                               agree_max=lambda v: agree.max_of(rc.reducer, v), timing=job.timing)
+    m, backend, loop, calls, copies = (measured.measurement, measured.backend, measured.loop, measured.calls,
+                                       measured.copies)
     if coll.nonblocking:
         m.overlap = _measure_overlap(rc, job, pool, calls, loop, settings, m, backend.barrier(), copies)
     facts = build.LoopFacts.of(loop)  # before time_fresh_calls runs the loop again

@@ -7,7 +7,10 @@ import shutil
 import sys
 from typing import TextIO
 
+from microbench.benchmarks.base import LARGE_MESSAGE_BYTES
 from microbench.measure import overlap_stats
+from microbench.options import counts_for, dtype_for
+from microbench.units import format_bytes
 from microbench.run.diagnostics.terminal import DIAGNOSTIC_LINES
 
 COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "AlgBW(GB/s)", "BusBW(GB/s)", "Check")
@@ -208,13 +211,22 @@ def format_pairs(rec: dict) -> list[str]:
     return lines
 
 
+STRAGGLER_COLUMNS = ("skew", "slowest", "fastest")  #: the table's optional straggler columns
+
+
+def section(coll, opts, transport, nranks: int, nhosts: int) -> dict:
+    """What the writer shows above a benchmark's table: its name, its '#' lines and its columns."""
+    extra = (["cache"] if opts.cache != "warm" else []) + (["first"] if opts.first_call_samples > 1 else [])
+    extra += list(STRAGGLER_COLUMNS) if opts.straggler_columns else []
+    lines = section_lines(coll, dtype_for(opts, coll), opts, transport, nranks, nhosts,
+                          transport.in_place_for(coll, opts))
+    return {"benchmark": coll.name, "summary": coll.summary, "lines": lines, "extra_columns": extra,
+            "table": "overlap" if coll.nonblocking else "latency"}
+
+
 def section_lines(coll, dtype, opts, transport, nranks: int, nhosts: int, in_place: bool) -> list[str]:
     """The '#' lines above a benchmark's table: what runs, on what, how it is timed, how figures are made."""
-    from microbench.benchmarks.base import LARGE_MESSAGE_BYTES
-    from microbench.options import counts_for
-    from microbench.units import format_bytes
-
-    call = transport.python_backend.call_name(coll.primitive)
+    call = transport.call_name(coll.primitive)
     what = [f"backend {opts.backend} ({transport.describe()}{', ' + call if call else ''})",
             f"{nranks} ranks on {nhosts} host(s)", f"dtype {dtype.name}"]
     if transport.device.kind == "cuda":

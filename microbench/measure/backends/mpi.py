@@ -71,6 +71,10 @@ class MPIBackend:
         self.ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
         self.reduce_scatter_call = reduce_scatter_call
 
+    def on(self, comm) -> "MPIBackend":
+        """The same primitives on another communicator (a sub-communicator of the run's)."""
+        return type(self)(comm, self.MPI, self.reduce_scatter_call)
+
     def call_name(self, primitive: str) -> str | None:
         """The MPI function a primitive's iteration calls (recorded as ``mpi_call``; non-blocking primitives:
         the I-form of their blocking twin's, MPI_Iallreduce for iallreduce)."""

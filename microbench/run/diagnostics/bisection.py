@@ -31,8 +31,7 @@ from microbench.cluster import agree
 from microbench.cluster.nodes import Nodes
 from microbench.errors import UsageError
 from microbench.measure import engine
-from microbench.measure.loops import PythonLoop
-from microbench.measure.native.toolchain import NativeUnavailable
+from microbench.run.measure_pool import measure_on_pool
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
 from microbench.run.diagnostics.outliers import OUTLIER_Z, flag_outliers
@@ -147,10 +146,10 @@ def _measure_groups(rc: RunContext, test: Plan, groups: list[list[int]]):
     Returns, on rank 0, each group's per-iteration times (us, the slowest rank of the group per iteration) and
     the loop's facts; with this rank's check mismatches (0 unchecked) everywhere."""
     MPI = rc.world.MPI
-    color = next((k for k, g in enumerate(groups) if rc.rank in [test.leaders[i] for i in g]), MPI.UNDEFINED)
-    comm = rc.transport.python_backend.comm.Split(color, rc.rank)
+    color = next((k for k, g in enumerate(groups) if rc.rank in [test.leaders[i] for i in g]), None)
+    comm = rc.transport.split(color, rc.rank)
     mine, facts, mismatches = None, None, 0
-    if comm != MPI.COMM_NULL:
+    if comm is not None:
         try:
             m, facts = _measure_on(rc, comm)
             group_max = np.empty_like(m.samples_us)
@@ -176,23 +175,14 @@ def _measure_on(rc: RunContext, comm) -> tuple[engine.Measurement, build.LoopFac
     in_place = rc.transport.in_place_for(coll, o)
     size_plan = plan_size(coll, o.bisect_size, size, dtype, in_place)  # not None: plan() checked
     ctx = Context(rank=rank, nranks=size, op=o.op, root=0, in_place=in_place, window=o.window,
-                  result_at_rank=rc.transport.python_backend.in_place_result_at_rank)
+                  result_at_rank=rc.transport.result_at_rank)
     iterations, warmup = counts_for(o, coll, size_plan.size_bytes)
     settings = engine.LoopSettings(iterations=iterations, warmup=warmup, check=o.check,
                                    sync_barrier=(o.sync == "barrier"), first_call=False)
     pool = rc.transport.pool(size_plan, dtype, 1, False, o.huge_pages)
     try:
-        backend, loop = type(rc.transport.backend)(comm, MPI), rc.transport.loop
-        try:
-            calls = [coll.build(backend, slot, ctx) for slot in pool.device_slots]
-        except NativeUnavailable:
-            backend, loop = type(rc.transport.python_backend)(comm, MPI), PythonLoop()
-            calls = [coll.build(backend, slot, ctx) for slot in pool.device_slots]
-        loop = rc.hooks.slowed(rc.rank, loop)  # MICROBENCH_TEST_SLOW_RANK (tests only)
-        copies = {"push": pool.push, "pull": pool.pull} if pool.copies else {}
-        m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(),
-                           lambda v: comm.allreduce(v, op=MPI.MAX), timing=True,
-                           hooks=rc.hooks.at(rc.rank, coll.name, size_plan.size_bytes), **copies)
-        return m, build.LoopFacts.of(loop)
+        measured = measure_on_pool(rc, coll, ctx, pool, size_plan.size_bytes, settings,
+                                   agree_max=lambda v: comm.allreduce(v, op=MPI.MAX), timing=True, comm=comm)
+        return measured.measurement, build.LoopFacts.of(measured.loop)
     finally:
         pool.close()

@@ -29,6 +29,7 @@ from microbench.measure import engine, stats
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
 from microbench.run.diagnostics.outliers import node_outliers, outliers
+from microbench.run.measure_pool import measure_on_pool
 
 if TYPE_CHECKING:  # pragma: no cover
     from microbench.run.context import RunContext
@@ -146,12 +147,9 @@ def _measure_matrix(rc: RunContext, test: Plan, metric: Metric, size: int) -> tu
         rc.begin(f"{where} at {size_plan.size_bytes} B", where)
         pool = rc.transport.pool(size_plan, dtype, 1, True, o.huge_pages)
         try:
-            calls, backend, loop = rc.transport.calls(coll, ctx, pool)
-            loop = rc.hooks.slowed(rc.rank, loop)  # MICROBENCH_TEST_SLOW_RANK (tests only)
-            copies = {"push": pool.push, "pull": pool.pull} if pool.copies else {}
-            m = engine.measure(coll, ctx, pool.slots, calls, loop, settings, backend.barrier(), lambda v: v,
-                               timing=initiator, hooks=rc.hooks.at(rc.rank, coll.name, size_plan.size_bytes),
-                               **copies)
+            measured = measure_on_pool(rc, coll, ctx, pool, size_plan.size_bytes, settings, agree_max=lambda v: v,
+                                       timing=initiator)
+            m, loop = measured.measurement, measured.loop
         finally:
             pool.close()
         check_errors += m.check_errors or 0
