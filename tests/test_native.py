@@ -160,7 +160,7 @@ LOOP_CONTRACT = r"""
 import ctypes
 import numpy as np
 from microbench.cluster.mpi_runtime import import_mpi, library
-from microbench.measure.native import loops as native_loops
+from microbench.measure.native import loops as native_loops, toolchain
 
 MPI = import_mpi()
 lib = library(MPI)

@@ -135,14 +135,14 @@ def test_summary_of_one_rank(world):
 
 
 def test_sweep_of_every_nonblocking_benchmark_gives_valid_records(world, tmp_path):
-    from microbench.run import sweep
+    from microbench.run import driver
 
     table = _Records()
     out = Output(str(tmp_path / "r.jsonl"), table=table)
     names = [c.name for c in COLLECTIVES.values() if c.nonblocking]
     rc = _context(world, *names, "-m", "8,64", "-i", "4", "-x", "1", "-c", "--cache", "both", "--cache-size", "64K",
                   "--num-tests", "2", "--kernel", "stream", "--loop", "mpi4py", out=out)
-    failed = [f for name in names for f in sweep.run_benchmark(rc, COLLECTIVES[name])]
+    failed = [f for name in names for f in driver.run_benchmark(rc, COLLECTIVES[name])]
     out.close()
     results = table.of("result")
     assert failed == [] and len(results) == len(names) * 2 * 2

@@ -3,8 +3,8 @@
 Slots are used in rotation without ever restarting: the first call (slot 0), then warmup, then the
 timed iterations each take the next slot. As OMB's loops, warmup and timed iterations run back to back
 in one loop after one barrier (the warmup's durations are dropped): a barrier between them would put its
-exit skew across ranks, and the call into the loop, into the first timed iteration (about 15 us at 8 B
-here). They run apart, with a barrier before the timed iterations, only where work must happen between
+exit skew across ranks, and the call into the loop, into the first timed iteration (several times an 8-byte
+latency). They run apart, with a barrier before the timed iterations, only where work must happen between
 them: ``--check`` (each iteration filled and verified), ``--time-budget`` (the count is agreed from the
 warmup) and loops that capture the timed iterations (CUDA graphs).
 """

@@ -1,4 +1,5 @@
-"""The configuration key: which record fields make two results comparable (defined here only).
+"""The configuration key: which record fields make two results of different runs comparable (defined here only;
+within one run the soak summary groups by the fields that can differ there: benchmark, metric, size, cache).
 
 Two results measure the same thing when they agree on the benchmark, the message size, the number of
 ranks, the backend, and every option that changes what is timed: element type and reduction op,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import uuid
 
-from microbench.benchmarks.table import COLLECTIVES
+from microbench.benchmarks.table import COLLECTIVES, Collective
 from microbench.cluster import agree, launch
 from microbench.cluster import facts as metadata
 from microbench.cluster.nodes import NodePlane
@@ -72,15 +72,19 @@ def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisecti
     """Collective: every benchmark's sweep, then the pairwise test and the bisection; what failed its check."""
     failed = []
     for name in rc.opts.benchmarks:
-        coll = COLLECTIVES[name]
-        if rc.out is not None:
-            rc.out.section(terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host)))
-        failed += [f"{name} {size}" for size in sweep.run_benchmark(rc, coll)]
+        failed += [f"{name} {size}" for size in run_benchmark(rc, COLLECTIVES[name])]
     if pairs_plan is not None:
         failed += pairs.run_pairs(rc, pairs_plan)
     if bisect_plan is not None:
         failed += bisection.run_bisection(rc, bisect_plan)
     return failed
+
+
+def run_benchmark(rc: RunContext, coll: Collective) -> list[int]:
+    """Collective: one benchmark's table header (rank 0), then its sweep; the sizes whose check failed."""
+    if rc.out is not None:
+        rc.out.section(terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host)))
+    return sweep.run_benchmark(rc, coll)
 
 
 def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog,

@@ -11,12 +11,11 @@ A collective without a measured overlap curve is exposed whole (flagged), as the
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
 
+from microbench.workload.interpolation import at_size
 from microbench.workload.weighting import choose_curve
 
 METHOD = ("exposed time = priced time x (1 - overlap/100), overlap of the collective's non-blocking benchmark "
@@ -37,16 +36,7 @@ class OverlapCurve:
 
     def overlap_at(self, size: int) -> tuple[float, str]:
         """Overlap (%) at ``size`` bytes and how it was obtained: measured, interpolated, below, above."""
-        sizes, pct = self.sizes, self.overlap_pct
-        i = bisect_left(sizes, size)
-        if i < len(sizes) and sizes[i] == size:
-            return pct[i], "measured"
-        if i == 0:
-            return pct[0], "below"
-        if i == len(sizes):
-            return pct[-1], "above"
-        x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
-        return pct[i - 1] + (math.log(size) - x0) * (pct[i] - pct[i - 1]) / (x1 - x0), "interpolated"
+        return at_size(self.sizes, self.overlap_pct, size, log_values=False, above=lambda last, value: value)
 
 
 def overlap_curves(results: list[dict], statistic: str) -> dict[tuple[str, int], OverlapCurve]:

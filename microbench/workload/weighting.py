@@ -10,12 +10,12 @@ Where only the non-blocking twin was measured (iallreduce for allreduce), its t_
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from statistics import median
 
 from microbench.benchmarks.workload_sizes import BENCHMARK_FOR
+from microbench.workload.interpolation import at_size
 from microbench.workload.messages import Message, wire_bytes
 
 STATISTICS = {"p50": "p50 (median of all samples)", "avg": "avg (mean across ranks of per-rank means)"}
@@ -37,17 +37,8 @@ class Curve:
 
     def latency_at(self, size: int) -> tuple[float, str]:
         """Latency (us) at ``size`` bytes and how it was obtained: measured, interpolated, below, above."""
-        sizes, lat = self.sizes, self.latency_us
-        i = bisect_left(sizes, size)
-        if i < len(sizes) and sizes[i] == size:
-            return lat[i], "measured"
-        if i == 0:
-            return lat[0], "below"
-        if i == len(sizes):
-            return lat[-1] * size / sizes[-1], "above"
-        x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
-        y0, y1 = math.log(lat[i - 1]), math.log(lat[i])
-        return math.exp(y0 + (math.log(size) - x0) * (y1 - y0) / (x1 - x0)), "interpolated"
+        return at_size(self.sizes, self.latency_us, size, log_values=True,
+                       above=lambda last, value: value * size / last)  # above: the last bandwidth
 
 
 def curves_from_results(results: list[dict], statistic: str) -> tuple[dict[tuple[str, int], Curve], list[str]]:
