@@ -12,7 +12,7 @@ import pytest
 
 from microbench.errors import UsageError
 from microbench.measure.testhooks import FaultHooks
-from microbench.run.diagnostics.soak import summarise
+from microbench.run.diagnostics.soak import summarize
 from microbench.units import parse_duration
 
 from conftest import microbench, read_jsonl
@@ -42,7 +42,7 @@ def _result(cycle, avg, check="pass", at=()):
 
 
 def test_the_summary_spans_cycles_and_names_failed_ones():
-    (config,) = summarise([_result(1, 2.0), _result(2, 6.0, "fail", ["rank 3"]), _result(3, 4.0)])
+    (config,) = summarize([_result(1, 2.0), _result(2, 6.0, "fail", ["rank 3"]), _result(3, 4.0)])
     assert config["cycles"] == 3 and config["checked_cycles"] == 3
     assert config["avg_latency_us"] == {"min": 2.0, "median": 4.0, "max": 6.0}
     assert config["failed_cycles"] == [{"cycle": 2, "at": ["rank 3"]}]

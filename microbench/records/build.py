@@ -219,7 +219,7 @@ def cycle_record(run_id: str, cycle: dict, ended_utc: str, wall_s: float, checke
 
 
 def soak_record(run_id: str, cycles: list[int], configurations: list[dict]) -> dict:
-    """A soak run's summary over its finished cycles (microbench.run.diagnostics.soak.summarise makes ``configurations``)."""
+    """A soak run's summary over its finished cycles (microbench.run.diagnostics.soak.summarize makes ``configurations``)."""
     return {"type": "soak", "run_id": run_id, "time_utc": metadata.utc_now(), "cycles": cycles,
             "configurations": configurations}
 

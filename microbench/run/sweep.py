@@ -2,7 +2,7 @@
 
 As nccl-tests' driver: plan the sizes (each rounded down to whole elements, and to n blocks for
 reduce_scatter; sizes that round onto one already measured are measured once), then per size and cache
-mode build the buffers and calls, run the engine, summarise across ranks, and hand rank 0's record to the
+mode build the buffers and calls, run the engine, summarize across ranks, and hand rank 0's record to the
 one writer before the next size starts.
 """
 
@@ -105,7 +105,7 @@ def measure_pass(rc: RunContext, job: SizeJob, mode: str, first_call: bool) -> d
         pool.close()
         if flush is not None:
             flush.close()
-    figures = _summarise(rc, job, m, first_extra, huge, first_call, started)
+    figures = _summarize(rc, job, m, first_extra, huge, first_call, started)
     if o.samples:
         _write_samples(rc, job, mode, m)
     if figures is None:
@@ -173,7 +173,7 @@ def _fresh_call(rc: RunContext, job: SizeJob):
     return calls, pool.close
 
 
-def _summarise(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra: list[float], huge: int | None,
+def _summarize(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra: list[float], huge: int | None,
                first_call: bool, started: float) -> build.Figures | None:
     """Collective: the cross-rank statistics of one pass; the figures on rank 0, None elsewhere."""
     latency = stats.summarize(m.samples_us, rc.reducer)

@@ -82,10 +82,10 @@ class Soak:
             return
         cycles = [r["cycle"] for r in self.finished]
         results = [r for r in self.rc.out.results if r.get("cycle") in cycles]
-        self.rc.out.record(build.soak_record(self.rc.run_id, cycles, summarise(results)))
+        self.rc.out.record(build.soak_record(self.rc.run_id, cycles, summarize(results)))
 
 
-def summarise(results: list[dict]) -> list[dict]:
+def summarize(results: list[dict]) -> list[dict]:
     """Per configuration (benchmark, metric, size, cache), across cycles: min/median/max of the average
     latency (us) and of busbw (GB/s), the cycles measured and checked, and the cycles whose check failed."""
     by_config: dict[tuple, list[dict]] = {}
