@@ -29,6 +29,7 @@ from microbench.run.context import RunContext
 from microbench.run.diagnostics import bisection, pairs, soak
 from microbench.run.terminal import Progress, Table
 
+
 def run(args, argv: list[str]) -> int:
     """``microbench run`` on every rank; returns the exit status."""
     info = launch.discover()

@@ -78,8 +78,6 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[str]:
     return rc.reducer.bcast(failed, root=0)
 
 
-
-
 def _failure_text(result: dict, size: int, mode: str | None) -> str:
     """A failed size as the end-of-run message names it, with the nodes whose data was wrong."""
     nodes = [f["label"] for f in result.get("check_failures") or ()]

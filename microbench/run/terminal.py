@@ -10,8 +10,8 @@ from typing import TextIO
 from microbench.benchmarks.base import LARGE_MESSAGE_BYTES
 from microbench.measure import overlap_stats
 from microbench.options import counts_for, dtype_for
-from microbench.units import format_bytes
 from microbench.run.diagnostics.terminal import DIAGNOSTIC_LINES
+from microbench.units import format_bytes
 
 COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "AlgBW(GB/s)", "BusBW(GB/s)", "Check")
 _WIDTHS = (12, 11, 11, 11, 11, 11, 13, 13, 7)
