@@ -128,8 +128,6 @@ def _workload_sizes(args) -> dict[str, list[int]] | None:
     return by_benchmark
 
 
-
-
 def _benchmark_names(names: list[str]) -> tuple[list[str], set[str]]:
     """(canonical benchmark names in order, once each; which of pairs and bisect were named)."""
     if names == ["all"]:
@@ -278,8 +276,6 @@ def plan_size(coll: Collective, size: int, nranks: int, dtype: DType, in_place: 
 def dtype_for(opts: RunOptions, coll: Collective) -> DType:
     """The element type a benchmark runs with (--dtype, else the benchmark's default)."""
     return get_dtype(opts.dtype or coll.default_dtype)
-
-
 
 
 def counts_for(opts: RunOptions, coll: Collective, size_bytes: int) -> tuple[int, int]:

@@ -26,14 +26,6 @@ from microbench.errors import UsageError
 POISON = cd.POISON
 
 
-
-
-
-
-
-
-
-
 @dataclass(frozen=True)
 class Collective:
     """A benchmark as data: everything the engine, the stats, the records and the check need to know."""

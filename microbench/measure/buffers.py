@@ -27,10 +27,6 @@ HUGE_PAGE_POLICIES = ("system", "on", "off")
 CACHE_LINE = 64
 
 
-
-
-
-
 class HostRegion:
     """One anonymous, page-aligned mapping with the huge-page advice applied."""
 

@@ -15,22 +15,6 @@ from microbench.measure.backends.nonblocking import NonBlocking
 _TAG_DATA, _TAG_ACK = 1, 2
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _nonblocking_twin(blocking: str):
     """The primitive i<blocking>: the blocking primitive's call, posted non-blocking (see ``_nonblocking``)."""
     def primitive(self, *args):
@@ -38,8 +22,6 @@ def _nonblocking_twin(blocking: str):
 
     primitive.__name__ = primitive.__qualname__ = f"i{blocking}"
     return primitive
-
-
 
 
 class MPIBackend:

@@ -24,14 +24,6 @@ from microbench.measure.backends.nonblocking import NonBlocking
 _TAG_DATA, _TAG_ACK = 1, 2
 
 
-
-
-
-
-
-
-
-
 def torch_dtype(torch, name: str):
     return {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
             "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,

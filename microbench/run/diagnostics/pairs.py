@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from microbench.run.context import RunContext
 
 
-
 def round_robin(participants: list[int]) -> list[list[tuple[int, int]]]:
     """Rounds of disjoint pairs covering every pair once (circle method); N-1 rounds (N for odd N).
 
@@ -61,19 +60,6 @@ def round_robin(participants: list[int]) -> list[list[tuple[int, int]]]:
 def serial(participants: list[int]) -> list[list[tuple[int, int]]]:
     """One pair per round, every pair once."""
     return [[(a, b)] for i, a in enumerate(participants) for b in participants[i + 1:]]
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------------------ running the test

@@ -28,9 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from microbench.run.context import RunContext
 
 
-
-
-
 class Soak:
     """The cycles of one run (a run without soak options is one pass with no cycle fields)."""
 
