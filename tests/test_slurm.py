@@ -54,7 +54,7 @@ def test_srun_bad_input_ends_every_task(cluster, srun_mpi):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
     assert errors == ["microbench: error: bad size range '1M:1K': MIN (1048576 B) is larger than MAX (1024 B)"], \
         proc.output
-    assert proc.seconds < 30, proc.seconds
+    assert "did not finish within" not in proc.stderr  # no task waited for the watchdog (timeout=120 above)
 
 
 def test_acceptance_sbatch_campaign(cluster, srun_mpi, tmp_path):
