@@ -13,7 +13,7 @@ import pytest
 
 from conftest import microbench, mpiexec_prefix, read_jsonl, run_process
 
-pytest.importorskip("reframe", reason="ReFrame-HPC is not installed (pip install 'microbench[reframe]')")
+pytest.importorskip("reframe", reason="ReFrame-HPC is not installed (pip install 'ReFrame-HPC==4.10.4')")
 
 REFRAME = Path(sys.executable).with_name("reframe")
 PERFVAR_FIELDS = ("value", "unit", "ref", "lower", "upper", "result")

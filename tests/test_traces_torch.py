@@ -12,7 +12,7 @@ from microbench.workload.traces import read_traces
 
 from conftest import run_process
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'microbench[torch]')")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
 
 JOB = r'''
 import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp

@@ -79,7 +79,7 @@ def main(args) -> int:
         backends = [b for b in ("gloo", "nccl", "mpi", "ucc") if t[b]]
         print(f"torch {t['version']}: backends {', '.join(backends) or 'none'}; CUDA devices {t['cuda_devices']}")
     else:
-        print("torch: not installed (pip install 'microbench[torch]' for --backend torch)")
+        print("torch: not installed (pip install torch ml_dtypes, or pip install -e '.[torch]' in a checkout, for --backend torch)")
     c = facts["conditions"]
     print(f"THP: {c['thp']}, page size {c['page_size']} B, {c['cpus']} CPUs, "
           f"{buffers_fmt(c['mem_available_bytes'])} available")

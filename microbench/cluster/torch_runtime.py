@@ -21,7 +21,7 @@ def import_torch():
         import torch
         import torch.distributed as dist
     except ImportError as exc:
-        raise RunError(f"--backend torch needs PyTorch ({exc}); pip install 'microbench[torch]' "
+        raise RunError(f"--backend torch needs PyTorch ({exc}); pip install torch ml_dtypes (or pip install -e '.[torch]' in a checkout) "
                        f"(pip install torch==<version> for a CPU-only build)") from exc
     return torch, dist
 

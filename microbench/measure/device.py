@@ -26,7 +26,7 @@ def cuda_runtime(buffer_kind: str):
         try:
             import cupy
         except ImportError as exc:
-            raise RunError(f"--buffer cupy needs cupy ({exc}); pip install 'microbench[cuda]'") from exc
+            raise RunError(f"--buffer cupy needs cupy ({exc}); pip install cupy-cuda12x (or pip install -e '.[cuda]' in a checkout)") from exc
         try:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # noqa: BLE001 - cupy raises CUDARuntimeError without a driver

@@ -1,6 +1,6 @@
 """The ReFrame test: ``microbench run`` under the partition's launcher, judged from its records.
 
-Needs ReFrame-HPC (``pip install 'microbench[reframe]'``) and microbench importable where ReFrame runs.
+Needs ReFrame-HPC (``pip install -e '.[reframe]'`` in a checkout) and microbench importable where ReFrame runs.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class TorchBackend:
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this process group cannot run the dtype (None when it can), probed with a 1-element call."""
         if dtype.name == "bfloat16" and dtype.numpy is None:
-            return "bfloat16 needs ml_dtypes for its host copy (pip install 'microbench[torch]')"
+            return "bfloat16 needs ml_dtypes for its host copy (pip install ml_dtypes)"
         if not reduces:
             return None
         t = self.torch.ones(1, dtype=torch_dtype(self.torch, dtype.name), device=self.device)
