@@ -91,8 +91,12 @@ def test_exception_on_one_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
     assert "did not finish within" not in proc.stderr  # the raise ended the job, not the watchdog
     sizes = [r["size_bytes"] for r in results_of(out)]
     assert sizes == [8, 16]
-    # every line on disk is whole JSON
-    assert read_jsonl(out)[0]["type"] == "run"
+    # every line on disk is whole JSON; the end record says the run failed, and why (rank 1's error, not the
+    # SIGTERM the launcher sent rank 0), and the note rank 1 left for rank 0 is gone
+    lines = read_jsonl(out)
+    assert lines[0]["type"] == "run" and lines[-1]["type"] == "end", lines[-1]
+    assert lines[-1]["status"] == "failed" and lines[-1]["reason"].startswith("rank 1: RuntimeError: test hook")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
 
 
 @pytest.mark.parametrize("flag", ["--out", "--csv", "--samples"])

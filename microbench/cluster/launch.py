@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from microbench.errors import RunError
@@ -162,24 +163,38 @@ def self_launch(argv: list[str], nranks: int) -> int:
     # rank 0's output reaches the terminal through mpiexec's pipes: say whether a person is watching
     env.setdefault("MICROBENCH_PROGRESS", "1" if (sys.stdout.isatty() and sys.stderr.isatty()) else "0")
     env.setdefault("MICROBENCH_COLUMNS", str(shutil.get_terminal_size((100, 24)).columns))
+    # The signal this process gets, for the ranks' end record (mpiexec turns a Ctrl-C into SIGTERM for them).
+    note = tempfile.NamedTemporaryFile(prefix="microbench-signal-", delete=False)
+    note.close()
+    os.unlink(note.name)
+    env["MICROBENCH_SIGNAL_NOTE"] = note.name
     sys.stdout.flush()
-    proc = subprocess.Popen(cmd, env=env)
-    # Ctrl-C reaches mpiexec directly (same process group), which forwards it to the ranks: ignore it here
-    # and wait, so the ranks can close their records. SIGTERM sent to this process is passed on.
+    # mpiexec in a session of its own: a Ctrl-C reaches this process alone, which notes it for the ranks and
+    # then passes it on (mpiexec forwards it to the ranks, which close their records)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    received: list[int] = []
+
     def on_signal(signum, frame):
         name = signal.Signals(signum).name
-        print(f"microbench: {name}: the ranks close the records (finished sizes are on disk) and stop",
-              file=sys.stderr, flush=True)
-        if signum == signal.SIGTERM:
-            proc.send_signal(signum)
+        if not received:
+            with open(note.name, "w") as f:
+                f.write(name)
+            print(f"microbench: {name}: the ranks close the records (finished sizes are on disk) and stop",
+                  file=sys.stderr, flush=True)
+        received.append(signum)
+        proc.send_signal(signum)
 
     previous = {signal.SIGINT: signal.signal(signal.SIGINT, on_signal),
                 signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
     try:
-        return proc.wait()
+        status = proc.wait()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if os.path.exists(note.name):
+            os.unlink(note.name)
+    # signalled, this process ends as a signalled command does: 128 + the signal number, whatever mpiexec says
+    return 128 + received[0] if received else status
 
 
 def _strip_np(argv: list[str]) -> list[str]:

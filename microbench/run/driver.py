@@ -35,7 +35,7 @@ def run(args, argv: list[str]) -> int:
     info = launch.discover()
     opts, hooks, error = read_options(args, warn=info.rank == 0)
     state = faults.RunState(info.rank)
-    faults.SignalGuard(state)
+    faults.SignalGuard(state, getattr(args, "out", None))
     selected, error = _select_device(opts, error)  # before MPI_Init: CUDA-aware MPIs pick NICs near the GPU
     world = init_world()
     watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.abort)
@@ -59,6 +59,7 @@ def run(args, argv: list[str]) -> int:
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"
+        faults.leave_failure_note(opts.out, world.rank, reason)
         raise
     finally:
         watchdog.disarm()

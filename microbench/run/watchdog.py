@@ -7,16 +7,21 @@ thread between bytecodes.
 - ``Watchdog``: armed at the start of every size with ``--timeout`` seconds; when it expires it prints
   which benchmark and size stalled, lets rank 0 close the records as ``failed``, and aborts the whole MPI
   job (``MPI_Abort``; if that does not end this process within a few seconds, ``os._exit``).
-- ``SignalGuard``: SIGINT and SIGTERM (Slurm's time limit sends SIGTERM to every task) are blocked in
-  every thread and taken by one waiting thread, which lets rank 0 close the records as ``incomplete``
-  and exits with 128 + the signal number. Results already written stay: each was fsynced when its size
-  finished.
+- ``SignalGuard``: SIGINT and SIGTERM (Slurm's time limit sends SIGTERM to every task) reach a thread of their
+  own through Python's wakeup file descriptor, whichever thread the kernel delivers them to (an MPI library's
+  own threads included); it lets rank 0 close the records as ``incomplete`` and exits with 128 + the signal
+  number. Results already written stay: each was fsynced when its size finished.
+- Why a run ended, when the launcher only says SIGTERM: the ``--np`` parent writes the signal it received into
+  ``MICROBENCH_SIGNAL_NOTE`` (Ctrl-C reaches the ranks as SIGTERM from mpiexec), and a rank other than 0 that
+  raises leaves its error beside the records (``failure_note``) before the job is aborted; rank 0 reads both.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -25,6 +30,7 @@ from typing import Callable
 EXIT_TIMEOUT = 3
 LINGER_AFTER_SIGNAL_S = 3.0  #: ranks other than 0 wait this long after a signal before they exit
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
+SIGNAL_NOTE_ENV = "MICROBENCH_SIGNAL_NOTE"  #: a file where the ``--np`` parent writes the signal it received
 
 
 class RunState:
@@ -100,30 +106,83 @@ class Watchdog:
 
 
 class SignalGuard:
-    """Takes SIGINT/SIGTERM in a thread: close the records as incomplete, exit 128 + signal."""
+    """Takes SIGINT/SIGTERM in a thread: close the records (incomplete, or failed with another rank's error),
+    exit 128 + signal.
 
-    def __init__(self, state: RunState):
-        self.state = state
-        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
+    Python's C-level handler writes each signal's number to a socket (``signal.set_wakeup_fd``) whichever thread
+    the kernel picked, and the thread reads it there: the main thread may sit in MPI or in the C loop for as long
+    as a size takes, and an MPI library's own threads may take process-directed signals."""
+
+    def __init__(self, state: RunState, records: str | None = None):
+        self.state, self.records = state, records
+        self._read, self._write = socket.socketpair()
+        self._write.setblocking(False)
+        for signum in _HANDLED:
+            signal.signal(signum, lambda signum, frame: None)  # the thread acts; the main thread goes on
+        signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._wait, name="microbench-signals", daemon=True)
         self._thread.start()
 
     def _wait(self) -> None:
-        signum = signal.sigwait(_HANDLED)
+        signum = self._read.recv(1)[0]
         name = signal.Signals(signum).name
-        _say(f"microbench: rank {self.state.rank}: {name} during {self.state.where}; "
-             f"finished sizes are on disk, the run is marked incomplete")
-        reason = f"{name} during {self.state.where}"
+        status, reason = "incomplete", f"{name} during {self.state.where}"
         if signum == signal.SIGTERM and self.state.rank == 0 and _several_ranks():
-            # Rank 0 cannot tell why: mpiexec and srun also send SIGTERM when another rank has failed.
-            reason += " (from the launcher: a time limit, a cancel, or another rank that failed; see its error)"
-        self.state.close("incomplete", reason)
+            failure, sent = _notes(self.records)
+            if failure:  # a rank raised and the launcher ended the others: the run failed, and this is why
+                status, reason = "failed", failure
+            elif sent:  # the --np parent got this signal (Ctrl-C reaches the ranks as SIGTERM from mpiexec)
+                name, reason = sent, f"{sent} to microbench --np during {self.state.where}"
+            else:  # rank 0 cannot tell why: mpiexec and srun also send SIGTERM when another rank has failed
+                reason += " (from the launcher: a time limit, a cancel, or another rank that failed; see its error)"
+        _say(f"microbench: rank {self.state.rank}: {name} during {self.state.where}; "
+             f"finished sizes are on disk, the run is marked {status}")
+        self.state.close(status, reason)
         sys.stdout.flush()
         # Let the launcher forward what this rank printed before it sees the rank exit. The other ranks wait
         # longer: a launcher that sees one rank exit kills the rest at once (Open MPI's prterun with SIGKILL), and
         # on a loaded machine rank 0's signal thread may not have written the end record yet.
         time.sleep(0.3 if self.state.rank == 0 else LINGER_AFTER_SIGNAL_S)
         os._exit(128 + signum)
+
+
+def failure_note(records: str | None, rank: int) -> str | None:
+    """Where a rank other than 0 leaves its error for rank 0 (beside the records; None without records)."""
+    return f"{records}.rank{rank}.failed" if records else None
+
+
+def leave_failure_note(records: str | None, rank: int, reason: str) -> None:
+    """A rank other than 0 that raises: say why beside the records before the job is aborted."""
+    path = failure_note(records, rank)
+    if path is None or rank == 0:
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(reason)
+    except OSError:  # an output folder this rank cannot reach (no shared filesystem): rank 0 says SIGTERM
+        pass
+
+
+def _notes(records: str | None) -> tuple[str | None, str | None]:
+    """(the first failing rank's error, the signal the --np parent received). Both are written before the
+    launcher signals rank 0 (the failing rank writes before it aborts; the parent before it passes the signal on),
+    so they are read at once: the launcher kills rank 0 soon after its SIGTERM."""
+    failures = sorted(glob.glob(glob.escape(records) + ".rank*.failed")) if records else []
+    if failures:
+        try:
+            with open(failures[0]) as f:
+                text = f.read().strip()
+            for path in failures:
+                os.unlink(path)
+        except OSError:
+            text = ""
+        rank = failures[0].rsplit(".rank", 1)[1].split(".")[0]
+        return f"rank {rank}: {text}", None
+    signal_note = os.environ.get(SIGNAL_NOTE_ENV)
+    if signal_note and os.path.exists(signal_note):
+        with open(signal_note) as f:
+            return None, f.read().strip() or None
+    return None, None
 
 
 def _several_ranks() -> bool:
