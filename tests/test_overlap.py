@@ -176,6 +176,12 @@ def test_progress_conditions():
     assert async_progress.describe("mpi", None, "multiple", mpich)["asynchronous"] is True
     assert async_progress.describe("mpi", None, "single", mpich)["asynchronous"] is None  # asked, not granted
     assert async_progress.describe("mpi", None, "multiple", mpich)["variables"] == {"MPIR_CVAR_ASYNC_PROGRESS": "1"}
+    # a variable the loaded library does not read asks for nothing (Open MPI ignores MPICH's, and the reverse)
+    on_openmpi = async_progress.describe("mpi", None, "multiple", mpich, mpi_abi="openmpi")
+    assert on_openmpi["asynchronous"] is False and list(on_openmpi["ignored"]) == ["MPIR_CVAR_ASYNC_PROGRESS"]
+    assert async_progress.describe("mpi", None, "multiple", mpich, mpi_abi="mpich")["asynchronous"] is True
+    assert async_progress.describe("mpi", None, "single", {"OMPI_MCA_btl_tcp_progress_thread": "1"},
+                                   mpi_abi="mpich")["asynchronous"] is False
     tcp = async_progress.describe("mpi", None, "single", {"OMPI_MCA_btl_tcp_progress_thread": "1"})
     assert tcp["asynchronous"] is True and "TCP" in tcp["how"]
     assert async_progress.describe("torch", "gloo", None, {})["asynchronous"] is True

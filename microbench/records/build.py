@@ -103,7 +103,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
             "cache_bytes_from": transport.cache_bytes_from(opts),
             "env": metadata.relevant_env(),
             "progress": async_progress.describe(opts.backend, (transport.torch_meta or {}).get("backend"),
-                                                transport.thread_level),
+                                                transport.thread_level,
+                                                mpi_abi=transport.lib.abi if transport.lib else None),
         },
         "options": asdict(opts),
     }
