@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from microbench.errors import UsageError
 from microbench.records.build import SCHEMA_VERSION
+from microbench.records.files import results_files
 
 
 @dataclass
@@ -35,16 +37,11 @@ class Run:
 
 
 def _paths(items: Iterable[str | os.PathLike]) -> list[Path]:
-    out: list[Path] = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            out.extend(sorted(p.rglob("*.jsonl")))
-        elif p.exists():
-            out.append(p)
-        else:
-            raise UsageError(f"no such results file: {p}")
-    return out
+    """The files to read (``records.files``: the same files every reader reads); skipped ones noted on stderr."""
+    files, skipped = results_files(items)
+    for line in skipped:
+        print(f"# note: {line}", file=sys.stderr)
+    return files
 
 
 def read_runs(paths: Iterable[str | os.PathLike], strict: bool = False) -> list[Run]:

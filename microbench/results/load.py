@@ -35,7 +35,7 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     reader = PartReader(notes)
     gc.disable()  # decoded records hold no cycles; the collector would walk every one of them again and again
     try:
-        for path, part in reader.parts(jsonl_paths(paths)):
+        for path, part in reader.parts(jsonl_paths(paths, notes)):
             builder.add(part, str(path))
     finally:
         gc.enable()

@@ -16,6 +16,7 @@ newer than this reader is a UsageError that names the file: its fields may mean 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,6 +29,7 @@ from microbench.errors import UsageError
 from microbench.results.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
 from microbench.results.metrics import LATENCY_STATS
 from microbench.records import SCHEMA_VERSION
+from microbench.records.files import results_files
 
 RECORD_TYPES = ("run", "result", "end")
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
@@ -80,6 +82,7 @@ class ScanNotes:
     files: int = 0
     bytes: int = 0
     cached: int = 0  #: files whose part came from the index
+    skipped_files: list[str] = field(default_factory=list)  #: what below a folder was not a regular file
 
     def add(self, path: Path, bad_lines: list[int], foreign: int, size: int) -> None:
         self.files += 1
@@ -89,7 +92,7 @@ class ScanNotes:
             self.foreign[str(path)] = foreign
 
     def lines(self) -> list[str]:
-        out = []
+        out = list(self.skipped_files)
         if self.bad_lines:
             shown = ", ".join(self.bad_lines[:5]) + (" ..." if len(self.bad_lines) > 5 else "")
             out.append(f"skipped {len(self.bad_lines)} unreadable line(s) (not a JSON record; a truncated or "
@@ -102,28 +105,13 @@ class ScanNotes:
         return out
 
 
-def jsonl_paths(items: Iterable[str | os.PathLike]) -> list[Path]:
-    """Files named, and every ``*.jsonl`` below folders named (sorted); each file once (by device and inode)."""
-    out: list[Path] = []
-    seen: set[tuple[int, int]] = set()
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted(Path(root) / name for root, _, names in os.walk(p, followlinks=True)
-                           for name in names if name.endswith(".jsonl"))
-        elif p.exists():
-            found = [p]
-        else:
-            raise UsageError(f"no such results file: {p}")
-        for f in found:
-            try:
-                st = f.stat()
-            except OSError as exc:
-                raise UsageError(f"cannot read {f}: {exc.strerror or exc}") from None
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                out.append(f)
-    return out
+def jsonl_paths(items: Iterable[str | os.PathLike], notes: "ScanNotes | None" = None) -> list[Path]:
+    """Files named, and every regular ``*.jsonl`` below folders named (``records.files``: each file once, each
+    folder once); what was skipped goes to ``notes``."""
+    files, skipped = results_files(items)
+    if notes is not None:
+        notes.skipped_files += skipped
+    return files
 
 
 @dataclass
@@ -151,10 +139,39 @@ def decode_file(path: Path, stats: tuple[str, ...] = LATENCY_STATS) -> Decoded:
     except msgspec.DecodeError:
         lines, bad, foreign = _decode_one_by_one(decoder, data)
     records = [line for line in lines if line.type in RECORD_TYPES]
-    for rec in records:
+    for index, rec in enumerate(lines):
         if rec.type == "run":
             _check_schema(rec.schema, path)
+        elif rec.type == "result":
+            problem = impossible_value(rec, stats)
+            if problem:
+                raise UsageError(f"{path}:{_line_number(data, rec, index, bad)}: {problem}: a result must hold "
+                                 f"finite, non-negative figures (docs/records.md); refused, nothing judged")
     return Decoded(records, bad, foreign + len(lines) - len(records), len(data))
+
+
+#: figures of a result the schema says are non-negative numbers
+_NON_NEGATIVE = ("algbw_gbps", "busbw_gbps", "algbw_bytes", "busbw_factor")
+
+
+def impossible_value(rec, stats: tuple[str, ...]) -> str | None:
+    """What makes a decoded result impossible (a negative or non-finite latency or bandwidth), or None."""
+    lat = rec.latency_us
+    for stat in stats if lat is not None else ():
+        value = getattr(lat, stat)
+        if value is not None and not (0.0 <= value < math.inf):
+            return f"latency_us.{stat} is {value}"
+    for name in _NON_NEGATIVE:
+        value = getattr(rec, name)
+        if value is not None and not (0.0 <= value < math.inf):
+            return f"{name} is {value}"
+    return None
+
+
+def _line_number(data: bytes, rec, index: int, bad: list[int]) -> int | str:
+    """The line of the ``index``-th decoded record (decoded lines are the non-blank ones less the bad ones)."""
+    numbers = [n for n, line in enumerate(data.split(b"\n"), 1) if line.strip() and n not in set(bad)]
+    return numbers[index] if index < len(numbers) else "?"
 
 
 @lru_cache(maxsize=16)
