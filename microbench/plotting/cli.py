@@ -5,8 +5,10 @@ its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algb
 latency from the same statistics. --by config merges the runs of each configuration: the line is then
 the median over runs and the band the spread over runs. Results of the pairwise link test (``run
 pairs``) become heatmaps, one per matrix, with outlier cells marked. A non-blocking benchmark (iallreduce,
-...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap). PNG, and SVG with --svg. Results of
-benchmarks this command cannot draw are skipped with a note.
+...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap),
+grouped and merged as the latency figure is. Everything is read through the columnar reader
+(``results.load.load_table``): only the statistics drawn are kept, and the overlap blocks as numbers.
+PNG, and SVG with --svg. Results of benchmarks this command cannot draw are skipped with a note.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from microbench.benchmarks.table import COLLECTIVES
     from microbench.plotting import curves, overlap
-    from microbench.records import read_runs
     from microbench.results.load import benchmark_names, load_table
 
     wanted = benchmark_names(args.benchmark)
@@ -62,7 +63,6 @@ def main(args) -> int:
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
     written = []
-    runs = None  #: the runs' records, read when a non-blocking benchmark's overlap is drawn
     for name in names:
         by = curves.resolve_by(args.by, len(table.used_runs(curves.benchmark_rows(table, name, args.stat))))
         series = curves.build_series(table, name, args.stat, args.band, by, args.bw)
@@ -72,10 +72,11 @@ def main(args) -> int:
         for suffix in (".png", ".svg") if args.svg else (".png",):
             written.append(curves.draw(name, COLLECTIVES[name].summary, series, table, out_dir / f"{name}{suffix}",
                                        args.stat, args.band, by, args.bw))
-            if COLLECTIVES[name].nonblocking:  # and its overlap against size (from the records themselves)
-                runs = runs if runs is not None else read_runs(args.results)
-                written += filter(None, [overlap.draw(name, COLLECTIVES[name].summary, runs,
-                                                      out_dir / f"{name}-overlap{suffix}")])
+            if COLLECTIVES[name].nonblocking:  # and its overlap against size, grouped as the latency figure
+                overlap_by = curves.resolve_by(args.by, len(table.used_runs(
+                    table.overlap_row[overlap.overlap_rows(table, name)])))
+                written += filter(None, [overlap.draw(name, table, out_dir / f"{name}-overlap{suffix}",
+                                                      overlap_by, args.band)])
     if wanted is None or PAIRS in wanted:
         written += draw_pairs(table, out_dir, args.svg)
     if not written:

@@ -3,6 +3,8 @@
 A run reached twice (the same ``run_id`` in two files, or a file and the folder holding it) counts once.
 ``selection`` leaves runs out by their run line (host set, backend, MPI); ``keep`` (a ``ConfigKey``
 predicate) leaves configurations out, asked once per configuration. Runs left with no rows are dropped.
+A non-blocking record's ``overlap`` block becomes the numbers the tools read (``columns.OVERLAP_FIELDS``),
+so no decoded block is held per row: memory grows with rows of numbers, not with the records' text.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import msgspec
 import numpy as np
 
 from microbench.results import keys
-from microbench.results.columns import RunInfo, Table
+from microbench.results.columns import OVERLAP_FIELDS, RunInfo, Table, overlap_numbers
 from microbench.results.parts import NUMBERS, FilePart
 from microbench.results.selection import Selection
 
@@ -36,6 +38,8 @@ class TableBuilder:
         self.columns: list[dict[str, np.ndarray]] = []  #: per part: its kept rows' columns
         self.rows = 0
         self.extras: dict[int, dict] = {}
+        self.overlap_rows: list[np.ndarray] = []  #: per part with overlap blocks: the table rows that have one
+        self.overlap_values: list[np.ndarray] = []  #: and their OVERLAP_FIELDS (rows x fields)
 
     def add(self, part: FilePart, source: str) -> None:
         """Append the rows of one file's part that belong to runs read and configurations kept."""
@@ -54,10 +58,28 @@ class TableBuilder:
         for name in (*NUMBERS, *self.stats):
             cols[name] = part.column(name)[kept]
         if part.extras:
-            position = {int(row): self.rows + i for i, row in enumerate(kept)}
-            self.extras.update({position[row]: extra for row, extra in part.extras.items() if row in position})
+            self._add_extras(part.extras, kept)
         self.rows += len(kept)
         self.columns.append(cols)
+
+    def _add_extras(self, extras: dict[int, dict], kept: np.ndarray) -> None:
+        """Pairs fields kept per row; overlap blocks turned into numbers (appended before ``self.rows`` moves)."""
+        position = {int(row): self.rows + i for i, row in enumerate(kept)}
+        rows, values = [], []
+        for row, extra in extras.items():
+            at = position.get(row)
+            if at is None:
+                continue
+            if "overlap" in extra:
+                rows.append(at)
+                values.append(overlap_numbers(extra["overlap"]))
+                extra = {name: value for name, value in extra.items() if name != "overlap"}
+            if extra:
+                self.extras[at] = extra
+        if rows:
+            order = np.argsort(rows, kind="stable")
+            self.overlap_rows.append(np.asarray(rows, dtype=np.int64)[order])
+            self.overlap_values.append(np.asarray(values, dtype=np.float64)[order])
 
     def _run(self, meta: dict, end: dict | None, result_time: str | None, source: str) -> int:
         """The table's index of a part's run, or -1 when it is not read (a duplicate, or not selected)."""
@@ -108,4 +130,10 @@ class TableBuilder:
             latency={s: cols[s].astype(np.float64) for s in self.stats},
             algbw_bytes=cols["algbw_bytes"], busbw_factor=cols["busbw_factor"],
             algbw_gbps=cols["algbw_gbps"], busbw_gbps=cols["busbw_gbps"], skew=cols["skew"],
-            check=cols["check"], check_states=list(self.check_codes), extras=self.extras)
+            check=cols["check"], check_states=list(self.check_codes), extras=self.extras,
+            overlap_row=np.concatenate(self.overlap_rows) if self.overlap_rows else np.zeros(0, dtype=np.int64),
+            overlap=self._overlap_columns())
+
+    def _overlap_columns(self) -> dict[str, np.ndarray]:
+        values = np.concatenate(self.overlap_values) if self.overlap_values else np.zeros((0, len(OVERLAP_FIELDS)))
+        return {name: np.ascontiguousarray(values[:, i]) for i, name in enumerate(OVERLAP_FIELDS)}
