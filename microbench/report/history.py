@@ -6,6 +6,10 @@ Each point is one run's value of that configuration: its latency statistic (``--
 benchmark none of whose runs has it falls back to avg, and says so). Runs without a start time come last.
 A dashed line marks where the MPI library changed from the run before; steps are listed under the chart
 with the recorded conditions that changed where they start (a step nothing explains is what to look into).
+
+Past ``MAX_POINTS`` runs a point is a bin of consecutive runs (as few runs per bin as keep the points
+within ``MAX_POINTS``): its median over those runs' values, the band their p10..p90, the tooltip naming the
+first and last run; the steps are still found on every run's value (the gate's own numbers).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from microbench.report.markup import Section, el, notes, text_el
 from microbench.results.load import mpi_library, run_time
 from microbench.units import format_size
 
+import numpy as np
+
 MAX_TICKS = 10
+MAX_POINTS = 60  #: points per history line, at most; more runs are binned
 MIN_STEP, ALPHA = 0.05, 0.05  #: microbench history's defaults (--min-step 5 %, --confidence 0.95)
 
 
@@ -53,22 +60,34 @@ def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> 
     used = [i for i in range(len(hist.runs)) if any((i, hist.columns[c]) in hist.values for c in columns)]
     if len(used) < 2:
         return "", []
-    position = {i: n for n, i in enumerate(used)}
+    width = -(-len(used) // MAX_POINTS)  #: runs per point
+    bins = [used[b:b + width] for b in range(0, len(used), width)]
+    bin_of = {i: b for b, members in enumerate(bins) for i in members}
     lines = []
     for n, c in enumerate(columns):
         key = hist.columns[c]
         color, dash = svg.style_of(n)
         line = svg.Line(f"h{n}", hist.labels[c], f"h{n} size:{key.size_bytes}", color, dash)
-        line.points = [svg.Point(position[i], hist.values[(i, key)], names[id(hist.runs[i])])
-                       for i in used if (i, key) in hist.values]
+        for b, members in enumerate(bins):
+            here = [i for i in members if (i, key) in hist.values]
+            if width == 1 and here:
+                line.points.append(svg.Point(b, hist.values[(here[0], key)], names[id(hist.runs[here[0]])]))
+            elif here:
+                values = np.array([hist.values[(i, key)] for i in here])
+                lo, mid, hi = np.percentile(values, [10, 50, 90])
+                what = f"median of {len(here)} runs, {_when(hist.runs[here[0]])} .. {_when(hist.runs[here[-1]])}"
+                line.points.append(svg.Point(b, float(mid), what, float(lo), float(hi)))
         lines.append(line)
-    stride = max(1, -(-len(used) // MAX_TICKS))
-    ticks = [(n, _when(hist.runs[i])) for n, i in enumerate(used) if n % stride == 0]
-    marks = [(n, mpi_library(hist.runs[i])) for n, i in enumerate(used)
+    stride = max(1, -(-len(bins) // MAX_TICKS))
+    ticks = [(b, _when(hist.runs[members[0]])) for b, members in enumerate(bins) if b % stride == 0]
+    marks = [(bin_of[i], mpi_library(hist.runs[i])) for n, i in enumerate(used)
              if n and mpi_library(hist.runs[i]) != mpi_library(hist.runs[used[n - 1]])]
-    axes = svg.make_axes(lines, "index", True, "run (start time, UTC)", f"{hist.stat} latency (us)", x_ticks=ticks)
-    svg_text = svg.line_chart(lines, axes, f"{benchmark}: {hist.stat} latency per run", "us",
-                              f"{hist.stat} latency", marks=marks)
+    x_label = "run (start time, UTC)" if width == 1 else f"runs, {width} per point (start time, UTC)"
+    axes = svg.make_axes(lines, "index", True, x_label, f"{hist.stat} latency (us)", x_ticks=ticks)
+    title = f"{benchmark}: {hist.stat} latency per run" if width == 1 else \
+        f"{benchmark}: {hist.stat} latency, median of {width} runs per point"
+    svg_text = svg.line_chart(lines, axes, title, "us", f"{hist.stat} latency",
+                              "" if width == 1 else "p10..p90 of the runs of the point", marks=marks)
     sizes = sorted({hist.columns[c].size_bytes for c in columns})
     several = len(columns) > len(sizes)  # options vary: a button per size helps
     toggles = svg.group_toggles("sizes:", [(f"size:{s}", format_size(s)) for s in sizes]) if several else ""
@@ -82,7 +101,10 @@ def section(loaded: Loaded, stat: str) -> Section:
     how = text_el("p", "Each point: one run's value of a configuration (benchmark, size, ranks, backend, options), "
                   "runs in start-time order; dashed lines mark a change of MPI library. Steps: microbench history's "
                   f"change points (at least {MIN_STEP * 100:g} %, p <= {ALPHA:g}, corrected for the splits tried). "
-                  "Hover for the run and value; the buttons show and hide configurations.", class_="how")
+                  "Hover for the run and value; the buttons show and hide configurations."
+                  + (f" {len(loaded.order)} runs: past {MAX_POINTS} runs a point is the median of consecutive runs "
+                     "(band: their p10..p90); the steps are found on every run." if len(loaded.order) > MAX_POINTS
+                     else ""), class_="how")
     names = {id(run): name for run, name in zip(loaded.table.runs, loaded.names)}
     hist = build(loaded, stat)
     said = []
