@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
 from microbench.plotting.heatmap import heatmap
+from microbench.plotting.parallel import draw_all
 from microbench.results import selection as select
 from microbench.results.metrics import LATENCY_STATS
 
@@ -62,7 +64,7 @@ def main(args) -> int:
             note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
-    written = []
+    jobs = []  #: one per figure, drawn side by side (plotting.parallel)
     for name in names:
         by = curves.resolve_by(args.by, len(table.used_runs(curves.benchmark_rows(table, name, args.stat))))
         series = curves.build_series(table, name, args.stat, args.band, by, args.bw)
@@ -70,13 +72,14 @@ def main(args) -> int:
             note(f"no results of {name} with a {args.stat} latency" + (" (asked for with -b)" if wanted else ""))
             continue
         for suffix in (".png", ".svg") if args.svg else (".png",):
-            written.append(curves.draw(name, COLLECTIVES[name].summary, series, table, out_dir / f"{name}{suffix}",
-                                       args.stat, args.band, by, args.bw))
+            jobs.append(partial(curves.draw, name, COLLECTIVES[name].summary, series, table,
+                                out_dir / f"{name}{suffix}", args.stat, args.band, by, args.bw))
             if COLLECTIVES[name].nonblocking:  # and its overlap against size, grouped as the latency figure
                 overlap_by = curves.resolve_by(args.by, len(table.used_runs(
                     table.overlap_row[overlap.overlap_rows(table, name)])))
-                written += filter(None, [overlap.draw(name, table, out_dir / f"{name}-overlap{suffix}",
-                                                      overlap_by, args.band)])
+                jobs.append(partial(overlap.draw, name, table, out_dir / f"{name}-overlap{suffix}", overlap_by,
+                                    args.band))
+    written = draw_all(jobs)
     if wanted is None or PAIRS in wanted:
         written += draw_pairs(table, out_dir, args.svg)
     if not written:

@@ -34,6 +34,11 @@ def _when(run) -> str:
     return f"{t:%m-%d %H:%M}" if t else "no time"
 
 
+def _day(run) -> str:
+    t = run_time(run)
+    return f"{t:%Y-%m-%d}" if t else "no time"
+
+
 def build(loaded: Loaded, stat: str) -> gate_history.History:
     """The history of every configuration at every size, with its steps; avg where nothing has ``stat``."""
     sizes = sorted(set(loaded.table.size.tolist()) - {-1})
@@ -75,7 +80,7 @@ def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> 
             elif here:
                 values = np.array([hist.values[(i, key)] for i in here])
                 lo, mid, hi = np.percentile(values, [10, 50, 90])
-                what = f"median of {len(here)} runs, {_when(hist.runs[here[0]])} .. {_when(hist.runs[here[-1]])}"
+                what = f"{_day(hist.runs[here[0]])} .. {_day(hist.runs[here[-1]])}, median of {len(here)} runs"
                 line.points.append(svg.Point(b, float(mid), what, float(lo), float(hi)))
         lines.append(line)
     stride = max(1, -(-len(bins) // MAX_TICKS))
