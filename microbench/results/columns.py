@@ -8,8 +8,8 @@ when absent), the bandwidth inputs (``algbw_bytes``, ``busbw_factor``) and the r
 the rank skew (``stragglers.skew``),
 and the data-check state (``check``, an index into ``check_states``). The overlap figures of the
 non-blocking records are numbers too, kept for their rows only (``overlap_row`` and ``overlap``). Pairs-test
-matrices and outliers are kept for their few rows only (``extras``). A run is a ``RunInfo``: its run line's report fields and
-end status. Nothing is one Python dictionary per record.
+matrices and outliers are kept for their few rows only (``extras``). A run is a ``RunInfo``: its run line's
+report fields and end status. Nothing is one Python dictionary per record.
 """
 
 from __future__ import annotations
