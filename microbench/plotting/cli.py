@@ -14,6 +14,7 @@ PNG, and SVG with --svg. Results of benchmarks this command cannot draw are skip
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections import Counter
 from functools import partial
@@ -71,17 +72,22 @@ def main(args) -> int:
         if not series:
             note(f"no results of {name} with a {args.stat} latency" + (" (asked for with -b)" if wanted else ""))
             continue
+        head = curves.heading(table, curves.benchmark_rows(table, name, args.stat))
+        if COLLECTIVES[name].nonblocking:  # and its overlap against size, grouped as the latency figure
+            overlap_by = curves.resolve_by(args.by, len(table.used_runs(
+                table.overlap_row[overlap.overlap_rows(table, name)])))
+            overlap_series, overlap_head = overlap.prepare(table, name, overlap_by, args.band)
         for suffix in (".png", ".svg") if args.svg else (".png",):
-            jobs.append(partial(curves.draw, name, COLLECTIVES[name].summary, series, table,
+            jobs.append(partial(curves.draw, name, COLLECTIVES[name].summary, series, head,
                                 out_dir / f"{name}{suffix}", args.stat, args.band, by, args.bw))
-            if COLLECTIVES[name].nonblocking:  # and its overlap against size, grouped as the latency figure
-                overlap_by = curves.resolve_by(args.by, len(table.used_runs(
-                    table.overlap_row[overlap.overlap_rows(table, name)])))
-                jobs.append(partial(overlap.draw, name, table, out_dir / f"{name}-overlap{suffix}", overlap_by,
-                                    args.band))
-    written = draw_all(jobs)
+            if COLLECTIVES[name].nonblocking:
+                jobs.append(partial(overlap.draw_series, name, overlap_series, overlap_head,
+                                    out_dir / f"{name}-overlap{suffix}", overlap_by, args.band))
     if wanted is None or PAIRS in wanted:
-        written += draw_pairs(table, out_dir, args.svg)
+        jobs += pairs_jobs(table, out_dir, args.svg)
+    del table  # the figures hold what they draw (per configuration and size): the rows are let go
+    gc.collect()
+    written = draw_all(jobs)
     if not written:
         raise UsageError(f"nothing to plot in {', '.join(args.results)}")
     for path in written:
@@ -89,9 +95,9 @@ def main(args) -> int:
     return 0
 
 
-def draw_pairs(table, out_dir: Path, svg: bool) -> list[Path]:
-    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked."""
-    written = []
+def pairs_jobs(table, out_dir: Path, svg: bool) -> list:
+    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked (a job each)."""
+    jobs = []
     for row in sorted(table.extras):
         res = table.record(row)
         if res.get("benchmark") != PAIRS or not res.get("matrix"):
@@ -101,9 +107,9 @@ def draw_pairs(table, out_dir: Path, svg: bool) -> list[Path]:
         cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
         stem = f"pairs-{res['metric']}-{res['run_id']}"
         for suffix in (".png", ".svg") if svg else (".png",):
-            written.append(heatmap(res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
-                                   out_dir / f"{stem}{suffix}", outliers=cells))
-    return written
+            jobs.append(partial(heatmap, res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
+                                out_dir / f"{stem}{suffix}", outliers=cells))
+    return jobs
 
 
 def note(text: str) -> None:

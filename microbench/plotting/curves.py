@@ -176,12 +176,28 @@ def explanation(stat: str, band: str, by: str, bw_metric: str) -> str:
             f"(S and factor as nccl-tests); GB = 1e9 B")
 
 
-def draw(benchmark: str, summary: str, series: list[Series], table: Table, path: str | os.PathLike,
+@dataclass
+class Heading:
+    """What a figure names beside its series: the newest run's legend title, the MPI libraries."""
+
+    newest: str | None
+    libraries: list[str]
+
+
+def heading(table: Table, rows: np.ndarray) -> Heading:
+    """The heading of a figure drawn from ``rows``."""
+    newest = newest_run(table, rows)
+    return Heading(_run_titles([table.runs[newest]])[0] if newest is not None else None,
+                   sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)}))
+
+
+def draw(benchmark: str, summary: str, series: list[Series], table: Table | Heading, path: str | os.PathLike,
          stat: str, band: str, by: str, bw_metric: str) -> Path:
-    """Write one figure: latency (log-log) left, bandwidth right; merged series mark the newest run."""
+    """Write one figure: latency (log-log) left, bandwidth right; merged series mark the newest run.
+    ``table``: the table the series come from, or their ``Heading`` (then the table is not needed)."""
     from microbench.plotting import line_style, log_value_axis, new_figure, save, size_axis
 
-    rows = benchmark_rows(table, benchmark, stat)
+    head = table if isinstance(table, Heading) else heading(table, benchmark_rows(table, benchmark, stat))
     fig = new_figure(11, 4.6)
     lat_ax, bw_ax = fig.subplots(1, 2)
     for i, s in enumerate(series):
@@ -198,14 +214,12 @@ def draw(benchmark: str, summary: str, series: list[Series], table: Table, path:
     bw_ax.set_ylabel(f"{bw_metric} (GB/s)")
     bw_ax.set_ylim(bottom=0)
     if any(s.newest for s in series):
-        newest = newest_run(table, rows)
         lat_ax.plot([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="none",
-                    markeredgecolor="black", label=f"newest run ({_run_titles([table.runs[newest]])[0]})")
+                    markeredgecolor="black", label=f"newest run ({head.newest})")
     if len(series) > 1 or series[0].label or any(s.newest for s in series):
         lat_ax.legend(fontsize=7, loc="upper left")
     ranks = sorted({str(s.key.get("ranks")) for s in series})
-    libs = sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)})
-    fig.suptitle(f"{benchmark}: {summary}\n{'/'.join(ranks)} ranks, {', '.join(libs)}", fontsize=10)
+    fig.suptitle(f"{benchmark}: {summary}\n{'/'.join(ranks)} ranks, {', '.join(head.libraries)}", fontsize=10)
     fig.supxlabel(explanation(stat, band, by, bw_metric), fontsize=7)
     return save(fig, path)
 

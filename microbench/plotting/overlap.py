@@ -24,7 +24,6 @@ import numpy as np
 from microbench.results import keys
 from microbench.results.columns import Table, per_run_medians
 from microbench.results.keys import ConfigKey
-from microbench.results.load import mpi_library
 
 #: Legend entries past this go beside the axes, where they take no room from them.
 LEGEND_INSIDE = 8
@@ -134,15 +133,28 @@ def explanation(by: str, band: str) -> str:
     return f"{omb}, avg across ranks, band min..max across ranks\n{imb}, avg across ranks"
 
 
+def prepare(table: Table, benchmark: str, by: str = "run", band: str = "p10-p90"):
+    """(series, heading) of ``benchmark``'s overlap figure: all it needs of the table."""
+    from microbench.plotting.curves import heading
+
+    rows = table.overlap_row[overlap_rows(table, benchmark)]
+    return overlap_series(table, benchmark, by, band), heading(table, rows)
+
+
 def draw(benchmark: str, table: Table, path: str | os.PathLike, by: str = "run",
          band: str = "p10-p90") -> Path | None:
     """Write ``benchmark``'s overlap figure; None when no record of it has overlap figures."""
+    series, head = prepare(table, benchmark, by, band)
+    return draw_series(benchmark, series, head, path, by, band)
+
+
+def draw_series(benchmark: str, series: list[OverlapSeries], head, path: str | os.PathLike, by: str,
+                band: str) -> Path | None:
+    """Write an overlap figure from its series and ``curves.Heading``; None when there are no series."""
     from matplotlib.lines import Line2D
 
     from microbench.plotting import line_style, new_figure, save, size_axis
-    from microbench.plotting.curves import _run_titles, newest_run
 
-    series = overlap_series(table, benchmark, by, band)
     if not series:
         return None
     fig = new_figure(7.5, 4.6)
@@ -159,12 +171,11 @@ def draw(benchmark: str, table: Table, path: str | os.PathLike, by: str = "run",
         if newest:
             ax.plot(*zip(*newest), linestyle="none", marker="D", markersize=4, markerfacecolor="none",
                     markeredgecolor=style["color"], markeredgewidth=1.2)
-    rows = table.overlap_row[overlap_rows(table, benchmark)]
     handles, labels = ax.get_legend_handles_labels()
     if any(s.newest for s in series):
         handles.append(Line2D([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="none",
                               markeredgecolor="black"))
-        labels.append(f"newest run ({_run_titles([table.runs[newest_run(table, rows)]])[0]})")
+        labels.append(f"newest run ({head.newest})")
     size_axis(ax, [x for s in series for x in s.sizes])
     ax.set_ylim(-2, 102)
     ax.set_ylabel("overlap (%)")
@@ -173,7 +184,6 @@ def draw(benchmark: str, table: Table, path: str | os.PathLike, by: str = "run",
         ax.legend(handles, labels, fontsize=7, loc="best")
     else:
         fig.legend(handles, labels, fontsize=6, loc="outside right upper")
-    libs = sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)})
-    fig.suptitle(f"{benchmark}: overlap with compute\n{', '.join(libs)}", fontsize=10)
+    fig.suptitle(f"{benchmark}: overlap with compute\n{', '.join(head.libraries)}", fontsize=10)
     fig.supxlabel(explanation(by, band), fontsize=7)
     return save(fig, path)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from microbench.errors import UsageError
 from microbench.gate.check import evaluate
+from microbench.gate.check_cli import spec_stats
 from microbench.gate.compare import compare
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.spec import load_spec
@@ -96,9 +97,10 @@ def main(args) -> int:
     out = _out_path(args.out)
     if args.workload:
         workload.load(args.workload)  # bad input ends here, before any work
+    stats = [args.stat, "p10", "p90", figures.FALLBACK_STAT]  # the line, its band, the fallback
     if args.spec:
-        load_spec(args.spec)
-    loaded = load(args.results, args.newest)
+        stats += spec_stats(load_spec(args.spec))
+    loaded = load(args.results, args.newest, dict.fromkeys(stats))
     sections = build_sections(args, loaded)
     title = args.title or f"microbench report: {len(loaded.order)} run(s), " \
         f"{time_span([loaded.table.runs[i] for i in loaded.order])}"

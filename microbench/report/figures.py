@@ -21,7 +21,7 @@ import numpy as np
 from microbench.benchmarks.table import COLLECTIVES, PAIRS
 from microbench.plotting.curves import benchmark_rows, build_series, explanation
 from microbench.report import svg
-from microbench.report.loaded import Loaded, run_records
+from microbench.report.loaded import Loaded
 from microbench.report.markup import Section, details, el, notes, pre, text_el
 from microbench.results import keys
 from microbench.results.columns import Table
@@ -149,13 +149,10 @@ def _omb_tables(loaded: Loaded, benchmark: str, curves: list[Curve], shown: list
     singles = [c for c in curves if c.run is not None]
     position = {run: n for n, run in enumerate(loaded.order)}
     singles.sort(key=lambda c: -position.get(c.run, -1))
-    records: dict[int, list[dict]] = {}
     for c in singles:
         name, key = loaded.names[c.run], c.key
-        if c.run not in records:
-            records[c.run] = [r for r in run_records(loaded.table, c.run) if r.get("benchmark") == benchmark]
-        rows = sorted((r for r in records[c.run] if keys.config_key(r).without_size() == key),
-                      key=lambda r: r.get("size_bytes") or 0)
+        rows = sorted((r for r in loaded.full(c.run).results if r.get("benchmark") == benchmark
+                       and keys.config_key(r).without_size() == key), key=lambda r: r.get("size_bytes") or 0)
         extra = ("first",) if any(isinstance(r.get("first_call_us"), dict) for r in rows) else ()
         opts = keys.describe_options(key, [n for n in keys.OPTION_FIELDS if key.get(n) is not None])
         head = [f"# {benchmark}: {name}, {key.get('ranks')} ranks, backend {key.get('backend')}", f"# {opts}",

@@ -3,9 +3,10 @@ verdict, curve, history and table is computed from that table.
 
 Past ``newest`` runs the page aggregates: per configuration the median over runs with its band, the newest
 ``newest`` runs individually, history points binned (``report.history``); ``Loaded.aggregation`` says what
-on the page. The only records read a second time are those of the runs shown individually, for their
-OMB-style tables (a column the table does not hold: the first call's latency): ``run_records`` reads the
-lines of one run from its file, decoding only that run's lines.
+on the page. The only lines read a second time are those of the runs shown individually (``Loaded.shown``):
+their run line in full (options, an import's source, version mismatches: fields the reader does not keep
+for every run), their end line's reason and their result lines for the OMB-style tables (the first call's
+latency is not in the table); ``read_run`` decodes only the lines that name the run.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Iterable
 
 import msgspec
 
+from microbench.records import Run
 from microbench.results.columns import RunInfo, Table
 from microbench.results.load import load_table, run_time, unique_labels
+from microbench.results.metrics import LATENCY_STATS
 
 DEFAULT_NEWEST = 5  #: runs shown individually unless ``--newest`` says otherwise
 
@@ -28,6 +31,11 @@ class Loaded:
     order: list[int]  #: the table's runs with results, by start time (runs without a time last)
     names: list[str]  #: per table run: its name on the page (run id, start time)
     newest: list[int] = field(default_factory=list)  #: the runs shown individually, in ``order``'s order
+    shown: dict[int, Run] = field(default_factory=dict)  #: run -> its lines in full, for the ``newest`` runs
+
+    def full(self, run: int) -> Run:
+        """A run's lines in full where it is shown individually, else what the table keeps of it."""
+        return self.shown.get(run) or self.table.runs[run]
 
     @property
     def aggregated(self) -> bool:
@@ -54,41 +62,55 @@ def run_names(runs: list) -> list[str]:
     return names
 
 
-def load(paths: Iterable[str | os.PathLike], newest: int = DEFAULT_NEWEST) -> Loaded:
-    """Read the results (one UsageError line when there are none); ``newest``: runs shown individually."""
-    table = load_table(list(paths))
+def load(paths: Iterable[str | os.PathLike], newest: int = DEFAULT_NEWEST,
+         stats: Iterable[str] = LATENCY_STATS) -> Loaded:
+    """Read the results (one UsageError line when there are none); ``newest``: runs shown individually;
+    ``stats``: the latency statistics kept (what the page draws and judges)."""
+    table = load_table(list(paths), stats=stats)
     used = table.used_runs()
     order = sorted(used, key=lambda i: (run_time(table.runs[i]) is None, run_time(table.runs[i]) or 0))
     shown = order[-newest:] if newest > 0 else []
-    return Loaded(table, order, run_names(table.runs), shown)
+    return Loaded(table, order, run_names(table.runs), shown, {i: read_run(table, i) for i in shown})
 
 
 _LINE = msgspec.json.Decoder(dict)
 
 
-def run_records(table: Table, run: int) -> list[dict]:
-    """The result records of one table run, read from its file: with a run id, only lines naming it are
-    decoded; without one, the file's id-less runs are matched by their place (as the table met them)."""
+def read_run(table: Table, run: int) -> Run:
+    """One table run's lines, read from its file: with a run id, only lines naming it are decoded; without
+    one, the file's id-less runs are matched by their place (as the table met them). What cannot be read
+    leaves the table's run line and end status."""
     info: RunInfo = table.runs[run]
+    if not info.run_id:
+        from microbench.records import read_runs
+
+        place = sum(1 for r in table.runs[:run] if not r.run_id and r.source == info.source)
+        try:
+            idless = [r for r in read_runs([info.source]) if not r.run_id]
+        except OSError:  # a file gone since: the table's view stands
+            idless = []
+        return idless[place] if place < len(idless) else Run(info.meta, [], info.end, info.source)
     try:
         with open(info.source, "rb") as f:
             data = f.read()
     except OSError:
-        return []
-    if info.run_id:
-        needle = info.run_id.encode()
-        out = []
-        for line in data.splitlines():
-            if needle in line:
-                try:
-                    rec = _LINE.decode(line)
-                except msgspec.DecodeError:
-                    continue
-                if rec.get("type") == "result" and rec.get("run_id") == info.run_id:
-                    out.append(rec)
-        return out
-    from microbench.records import read_runs
-
-    place = sum(1 for r in table.runs[:run] if not r.run_id and r.source == info.source)
-    idless = [r for r in read_runs([info.source]) if not r.run_id]
-    return idless[place].results if place < len(idless) else []
+        return Run(info.meta, [], info.end, info.source)
+    needle = info.run_id.encode()
+    out = Run(info.meta, [], info.end, info.source)
+    for line in data.splitlines():
+        if needle not in line:
+            continue
+        try:
+            rec = _LINE.decode(line)
+        except msgspec.DecodeError:
+            continue
+        if rec.get("run_id") != info.run_id:
+            continue
+        kind = rec.get("type")
+        if kind == "result":
+            out.results.append(rec)
+        elif kind == "run":
+            out.meta = rec
+        elif kind == "end":
+            out.end = rec
+    return out

@@ -1,8 +1,8 @@
 """The runs read: who measured what, where and under which conditions, and what their records lack.
 
-From the table only (run lines as the reader keeps them, result rows counted): the newest runs
-(``Loaded.newest``) one row and one metadata block each, the older ones counted (statuses, host sets,
-libraries), with every run that did not complete still named (up to ``MAX_NAMED``)."""
+The newest runs (``Loaded.newest``, their lines read in full) one row and one metadata block each; the
+older ones counted from the table (statuses, host sets, libraries), with every run that did not complete
+still named (up to ``MAX_NAMED``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import numpy as np
 from microbench.benchmarks.table import PAIRS
 from microbench.records import Run
 from microbench.report.loaded import Loaded
-from microbench.results.columns import Table
 from microbench.report.markup import Section, details, el, esc, notes, table, text_el
 from microbench.results.load import mpi_library
 
@@ -41,16 +40,21 @@ def hosts_text(meta: dict, shown: int = 4) -> str:
     return ", ".join(items) + more
 
 
-def missing_fields(table: Table, run: int) -> list[str]:
+def _field(result: dict, dotted: str):
+    value = result
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def missing_fields(run: Run) -> list[str]:
     """What the run's results (pairs aside) lack: ``p50 latency in 12 of 12 results``, one line per field."""
-    rows = np.flatnonzero((table.run == run) & (table.benchmarks() != PAIRS))
+    results = [r for r in run.results if r.get("benchmark") != PAIRS]
     out = []
-    for column, name in EXPECTED:
-        values = table.latency.get(column[len("latency_us."):]) if column.startswith("latency_us.") \
-            else getattr(table, column)
-        lacking = len(rows) if values is None else int(np.count_nonzero(~np.isfinite(values[rows])))
+    for dotted, name in EXPECTED:
+        lacking = sum(not isinstance(_field(r, dotted), (int, float)) for r in results)
         if lacking:
-            out.append(f"{name} in {lacking} of {len(rows)} results")
+            out.append(f"{name} in {lacking} of {len(results)} results")
     return out
 
 
@@ -118,16 +122,17 @@ def section(loaded: Loaded) -> Section:
     rows, lacking, names, table_ = [], [], loaded.names, loaded.table
     benchmarks = table_.benchmarks()
     for i in loaded.newest:
-        run, meta = table_.runs[i], table_.runs[i].meta
+        run = loaded.full(i)
+        meta = run.meta
         status = (run.end or {}).get("status", "no end line")
-        mine = table_.run == i
+        mine = table_.run == i  # the table's rows (the run's lines, if its file could not be read again)
         benches = sorted({str(b) for b in benchmarks[mine].tolist()})
         rows.append([esc(names[i]), esc(source_tool(run)), esc(status), esc(meta.get("ranks", "-")),
                      esc(hosts_text(meta)), esc(meta.get("backend") or "-"), esc(_libraries(run)),
                      esc(_device(meta)), esc(_conditions(meta)),
                      esc(f"{int(np.count_nonzero(mine))}: {', '.join(benches)}")])
-        lacking += [f"{names[i]} ({source_tool(run)}): no {m}" for m in missing_fields(table_, i)]
-    incomplete = [(table_.runs[i].end or {}).get("status") != "complete" for i in loaded.newest]
+        lacking += [f"{names[i]} ({source_tool(run)}): no {m}" for m in missing_fields(run)]
+    incomplete = [(loaded.full(i).end or {}).get("status") != "complete" for i in loaded.newest]
     every_incomplete = sum((table_.runs[i].end or {}).get("status") != "complete" for i in loaded.order)
     html = table(["run", "measured by", "status", "ranks", "hosts", "backend", "libraries", "device", "conditions",
                   "results"], rows, numeric=[3], row_classes=["warn" if bad else None for bad in incomplete])
@@ -136,7 +141,7 @@ def section(loaded: Loaded) -> Section:
         html = notes([f"the newest {len(loaded.newest)} of {len(loaded.order)} runs (--newest)"]) + html \
             + _older(loaded, older)
     html += details("the metadata of the runs listed (command, versions, conditions, options, source)",
-                    "".join(text_el("h4", names[i]) + _detail_rows(table_.runs[i]) for i in loaded.newest))
+                    "".join(text_el("h4", names[i]) + _detail_rows(loaded.full(i)) for i in loaded.newest))
     if lacking:
         html += text_el("h3", "What the records lack") + text_el(
             "p", "Shown as '-' in tables and left out of figures; a figure whose statistic a run lacks falls back "

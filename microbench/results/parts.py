@@ -34,7 +34,7 @@ _GET_LATENCY = attrgetter("latency_us")
 class FilePart(msgspec.Struct, array_like=True):
     stamp: list  #: (size, mtime_ns, inode, device) of the file when it was read
     runs: list[dict]  #: per run: the run line's report fields
-    ends: list[Any]  #: per run: {"status", "time_utc", "reason"} of its end line, or None
+    ends: list[Any]  #: per run: {"status", "time_utc"} of its end line, or None
     result_times: list[Any]  #: per run: the first result's time_utc, or None
     configs: bytes  #: JSON list of ConfigKey values (lists), the file's distinct configurations
     owner: bytes  #: int32 per row: index into runs
@@ -150,7 +150,7 @@ def _attach(records: list) -> tuple[list[dict], list, list, list, list[int]]:
         else:  # end
             owner = current if rec.run_id is None else by_id.get(rec.run_id, current)
             if owner is not None:
-                ends[owner] = {"status": rec.status, "time_utc": rec.time_utc, "reason": rec.reason}
+                ends[owner] = {"status": rec.status, "time_utc": rec.time_utc}
     return runs, ends, times, results, owners
 
 
@@ -165,4 +165,6 @@ def _pairs_fields(rec) -> dict:
     for name in ("matrix_unit", "unit"):
         if getattr(rec, name) is not None:
             out[name] = getattr(rec, name)
+    if isinstance(out.get("overlap"), dict):  # of a non-blocking record's block, only the figures read
+        out["overlap"] = {"overlap_pct": out["overlap"].get("overlap_pct")}
     return out

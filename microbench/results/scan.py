@@ -32,8 +32,7 @@ from microbench.records import SCHEMA_VERSION
 RECORD_TYPES = ("run", "result", "end")
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
-              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version", "source", "options",
-              "version_mismatch")
+              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
 #: Result fields besides the key and the latency statistics.
 RESULT_FIELDS = ("requested_bytes", "algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps", "check")
 #: Pairs-test fields (and the non-blocking benchmarks' ``overlap``), kept as raw JSON bytes and decoded only for
@@ -63,8 +62,7 @@ def line_type(stats: tuple[str, ...]) -> type:
     the latency statistics ``stats`` only (an absent ``latency_us`` decodes as one with every stat None).
     ``call_path`` and ``mpi_call`` are UNSET when absent (keys derives them then)."""
     latency = msgspec.defstruct("Latency", [(s, Optional[float], None) for s in stats])
-    names = dict.fromkeys((*RAW_FIELDS, *RESULT_FIELDS, *RUN_FIELDS, "type", "status", "reason", "matrix_unit",
-                           "unit"))
+    names = dict.fromkeys((*RAW_FIELDS, *RESULT_FIELDS, *RUN_FIELDS, "type", "status", "matrix_unit", "unit"))
     fields: list[tuple] = [(n, TYPED_FIELDS.get(n, Any), msgspec.UNSET if n in DERIVED_WHEN_ABSENT else None)
                            for n in names]
     fields.append(("latency_us", Optional[latency], msgspec.field(default_factory=latency)))
