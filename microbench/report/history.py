@@ -14,15 +14,18 @@ first and last run; the steps are still found on every run's value (the gate's o
 
 from __future__ import annotations
 
+from typing import Iterator
+
+import numpy as np
+
 from microbench.gate import history as gate_history
 from microbench.report import svg
 from microbench.report.figures import FALLBACK_STAT, benchmarks_in
 from microbench.report.loaded import Loaded
 from microbench.report.markup import Section, el, notes, text_el
+from microbench.results.columns import Table
 from microbench.results.load import mpi_library, run_time
 from microbench.units import format_size
-
-import numpy as np
 
 MAX_TICKS = 10
 MAX_POINTS = 60  #: points per history line, at most; more runs are binned
@@ -39,12 +42,23 @@ def _day(run) -> str:
     return f"{t:%Y-%m-%d}" if t else "no time"
 
 
-def build(loaded: Loaded, stat: str) -> gate_history.History:
-    """The history of every configuration at every size, with its steps; avg where nothing has ``stat``."""
-    sizes = sorted(set(loaded.table.size.tolist()) - {-1})
-    hist = gate_history.build(loaded.table, sizes, "latency", stat)
+def build(table: Table, stat: str) -> gate_history.History:
+    """The history of every configuration of ``table`` at every size, with its steps."""
+    sizes = sorted(set(table.size.tolist()) - {-1})
+    hist = gate_history.build(table, sizes, "latency", stat)
     hist.find_steps(MIN_STEP, ALPHA)
     return hist
+
+
+def histories(loaded: Loaded, stat: str) -> Iterator[tuple[str, gate_history.History]]:
+    """(benchmark, its history) one benchmark at a time: a history holds one value per run and
+    configuration, so only one benchmark's are held at once."""
+    table = loaded.table
+    names = table.benchmarks()
+    drawn = benchmarks_in(table)
+    others = sorted({str(n) for n in names.tolist() if n is not None} - set(drawn))  # pairs: counted, not drawn
+    for benchmark in [*drawn, *others]:
+        yield benchmark, build(table.take(np.flatnonzero(names == benchmark)), stat)
 
 
 def _step_lines(hist: gate_history.History, names: dict[int, str], columns: list[int]) -> list[str]:
@@ -103,6 +117,7 @@ def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> 
 
 
 def section(loaded: Loaded, stat: str) -> Section:
+    loaded_stat = stat
     how = text_el("p", "Each point: one run's value of a configuration (benchmark, size, ranks, backend, options), "
                   "runs in start-time order; dashed lines mark a change of MPI library. Steps: microbench history's "
                   f"change points (at least {MIN_STEP * 100:g} %, p <= {ALPHA:g}, corrected for the splits tried). "
@@ -110,21 +125,27 @@ def section(loaded: Loaded, stat: str) -> Section:
                   + (f" {len(loaded.order)} runs: past {MAX_POINTS} runs a point is the median of consecutive runs "
                      "(band: their p10..p90); the steps are found on every run." if len(loaded.order) > MAX_POINTS
                      else ""), class_="how")
-    names = {id(run): name for run, name in zip(loaded.table.runs, loaded.names)}
-    hist = build(loaded, stat)
+    table = loaded.table
+    names = {id(run): name for run, name in zip(table.runs, loaded.names)}
     said = []
-    if not hist.columns and stat != FALLBACK_STAT and FALLBACK_STAT in loaded.table.latency:
-        hist = build(loaded, FALLBACK_STAT)
-        said.append(f"no run has a {stat} latency; the history shows {FALLBACK_STAT}")
-    lacking = len(loaded.order) - len(hist.used_runs())
+    if not np.any(np.isfinite(table.latency[stat]) & (table.size > 0)) and stat != FALLBACK_STAT \
+            and FALLBACK_STAT in table.latency:
+        stat = FALLBACK_STAT
+        said.append(f"no run has a {loaded_stat} latency; the history shows {FALLBACK_STAT}")
+    groups, used, worse = [], set(), 0
+    drawn = set(benchmarks_in(table))
+    for benchmark, hist in histories(loaded, stat):
+        if benchmark in drawn:
+            groups.append(chart(hist, names, benchmark))
+        used |= {id(hist.runs[i]) for i in hist.used_runs()}
+        worse += sum(f.worse and not f.explained for f in hist.steps)
+    lacking = len(loaded.order) - len(used)
     if lacking > 0:
-        said.append(f"{lacking} run(s) have no {hist.stat} latency and are not in the history")
-    groups = [chart(hist, names, b) for b in benchmarks_in(loaded.table)]
+        said.append(f"{lacking} run(s) have no {stat} latency and are not in the history")
     if not any(html for html, _ in groups):
         return Section("history", "History", text_el("p", "Fewer than two runs measured any benchmark: no history.")
                        + notes(said), "", None)
     steps = sum(len(found) for _, found in groups)
-    worse = sum(f.worse and not f.explained for f in hist.steps)
     return Section("history", "History", how + notes(said) + "".join(html for html, _ in groups),
                    f"{sum(bool(h) for h, _ in groups)} benchmark(s), {steps} step(s)"
                    + (f", {worse} for the worse unexplained" if worse else ""), None if not worse else False)

@@ -100,18 +100,20 @@ class TableBuilder:
 
     def _add_extras(self, extras: dict[int, dict], kept: np.ndarray) -> None:
         """Pairs fields kept per row; overlap blocks turned into numbers (appended before ``self.rows`` moves)."""
-        position = {int(row): self.rows + i for i, row in enumerate(kept)}
+        wanted = np.fromiter(extras, dtype=np.int64, count=len(extras))
+        at = np.minimum(np.searchsorted(kept, wanted), len(kept) - 1)
+        found = kept[at] == wanted  #: kept is sorted: the extra's row is kept where it is found there
         rows, values = [], []
-        for row, extra in extras.items():
-            at = position.get(row)
-            if at is None:
+        for row, position, ok in zip(wanted.tolist(), (at + self.rows).tolist(), found.tolist()):
+            if not ok:
                 continue
+            extra = extras[row]
             if "overlap" in extra:
-                rows.append(at)
+                rows.append(position)
                 values.append(overlap_numbers(extra["overlap"]))
                 extra = {name: value for name, value in extra.items() if name != "overlap"}
             if extra:
-                self.extras[at] = extra
+                self.extras[position] = extra
         if rows:
             order = np.argsort(rows, kind="stable")
             self.overlap_rows.append(np.asarray(rows, dtype=np.int64)[order])
