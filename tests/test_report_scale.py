@@ -119,7 +119,10 @@ def test_check_and_compare_verdicts_are_on_the_page(year, page):
     from microbench.results.load import load_table
 
     _, _, root = page
-    assert len(root.find(id="check").find_all("div", cls="rule")) == 1
+    rule = root.find(id="check").find_all("div", cls="rule")
+    assert len(rule) == 1
+    cells = [td.all_text() for td in rule[0].find("tbody").find_all("tr")[0].find_all("td")]
+    assert cells[6] == str(NIGHTS) and cells[7].startswith(f"{NIGHTS} runs: smallest ")  # not 365 values
     result = compare(load_table([year[1][0].parent]), load_table([year[0] / "nights"]), "latency", "p50", 0.05)
     rows = root.find(id="compare").find("table").find("tbody").find_all("tr")
     assert len(rows) == len(result.rows) > 0

@@ -28,7 +28,7 @@ from microbench.results.load import mpi_library, run_time
 from microbench.units import format_size
 
 MAX_TICKS = 10
-MAX_POINTS = 60  #: points per history line, at most; more runs are binned
+MAX_POINTS = 50  #: points per history line, at most; more runs are binned
 MIN_STEP, ALPHA = 0.05, 0.05  #: microbench history's defaults (--min-step 5 %, --confidence 0.95)
 
 
