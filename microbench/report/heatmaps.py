@@ -94,7 +94,8 @@ def _one(rec: dict, run_name: str) -> tuple[str, list[str]]:
 
 def pairs_records(loaded: Loaded) -> tuple[list[tuple[int, dict]], int]:
     """(run, record) of the pairs matrices of the newest ``len(loaded.newest)`` runs that have any, in run
-    order, and how many older runs with matrices are left out; from the table's kept pairs fields."""
+    order, and how many older runs with matrices are left out; from the table's kept pairs fields, or the
+    records in full where the run is shown individually."""
     table = loaded.table
     found: dict[int, list[dict]] = {}
     for row in sorted(table.extras):
@@ -105,7 +106,12 @@ def pairs_records(loaded: Loaded) -> tuple[list[tuple[int, dict]], int]:
             found.setdefault(int(table.run[row]), []).append(rec)
     runs = [i for i in loaded.order if i in found]
     kept = runs[-len(loaded.newest):] if loaded.newest else []
-    return [(i, rec) for i in kept for rec in found[i]], len(runs) - len(kept)
+    out = []
+    for i in kept:  # a run shown individually has its records in full (the outlier rule, the window)
+        full = [r for r in loaded.shown[i].results if r.get("benchmark") == PAIRS
+                and isinstance(r.get("matrix"), list) and r["matrix"]] if i in loaded.shown else []
+        out += [(i, rec) for rec in (full if len(full) == len(found[i]) else found[i])]
+    return out, len(runs) - len(kept)
 
 
 def section(loaded: Loaded) -> Section | None:
