@@ -9,6 +9,7 @@ their overlap blocks included, at two sizes) by scripts/gate_nightlies.py, with 
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 from fixtures.gate.synth import private_index
@@ -156,9 +157,13 @@ def test_in_chromium_the_year_opens_and_draws_within_3_s(page, tmp_path):
     driver = chromium.start(str(tmp_path / "profile"))
     try:
         driver.get(page[0].as_uri())
-        loaded_ms = driver.execute_script(
-            "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd - t.startTime;")
-        assert 0 < loaded_ms <= 3000, loaded_ms
+        timing = "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd - t.startTime;"
+        deadline = time.monotonic() + 30
+        loaded_ms = driver.execute_script(timing)
+        while loaded_ms <= 0 and time.monotonic() < deadline:  # the load event may still be running
+            time.sleep(0.05)
+            loaded_ms = driver.execute_script(timing)
+        assert 0 < loaded_ms <= 3000, loaded_ms  # parsed, laid out, script run: opens and draws within 3 s
         charts = driver.find_elements(By.CSS_SELECTOR, "svg.chart")
         assert len(charts) == len(page[2].find_all("svg", cls="chart")) > 10
         assert not [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
