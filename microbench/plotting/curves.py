@@ -62,7 +62,8 @@ def _run_titles(runs: list[RunInfo]) -> list[str]:
 
 def benchmark_rows(table: Table, benchmark: str, stat: str) -> np.ndarray:
     """Rows of ``benchmark`` that have the latency statistic ``stat``."""
-    return np.flatnonzero((table.benchmarks() == benchmark) & np.isfinite(table.latency[stat]) & (table.size > 0))
+    mine = table.config_mask(lambda key: key.benchmark == benchmark)  # asked once per configuration
+    return np.flatnonzero(mine & np.isfinite(table.latency[stat]) & (table.size > 0))
 
 
 def resolve_by(by: str, runs: int) -> str:
@@ -77,14 +78,32 @@ def newest_run(table: Table, rows: np.ndarray) -> int | None:
     return max(timed)[1] if timed else (runs[-1] if runs else None)
 
 
+def group_rows(table: Table, rows: np.ndarray, by: str) -> dict[tuple[int | None, ConfigKey], np.ndarray]:
+    """``rows`` by (run, configuration without size) (``by="run"``) or by configuration without size (run
+    None), groups in the order of their first row and rows in their order within a group."""
+    sweep_index: dict[ConfigKey, int] = {}
+    sweep_code = np.array([sweep_index.setdefault(c.without_size(), len(sweep_index)) for c in table.configs] or [0],
+                          dtype=np.int64)
+    sweeps = list(sweep_index)
+    codes = sweep_code[table.config[rows]]
+    runs = table.run[rows].astype(np.int64) if by == "run" else np.zeros(len(rows), dtype=np.int64)
+    _, first, inverse = np.unique(runs * max(len(sweeps), 1) + codes, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    ends = np.cumsum(np.bincount(inverse, minlength=len(first)))
+    starts = ends - np.bincount(inverse, minlength=len(first))
+    out = {}
+    for g in np.argsort(first, kind="stable").tolist():
+        at = int(first[g])
+        out[(int(runs[at]) if by == "run" else None, sweeps[int(codes[at])])] = rows[order[starts[g]:ends[g]]]
+    return out
+
+
 def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p10-p90", by: str = "run",
                  bw_metric: str = "busbw") -> list[Series]:
     """The series of one benchmark (results with no usable latency statistic are left out)."""
     rows = benchmark_rows(table, benchmark, stat)
-    sweeps = [c.without_size() for c in table.configs]
-    groups: dict[tuple, list[int]] = {}
-    for row, run, config in zip(rows.tolist(), table.run[rows].tolist(), table.config[rows].tolist()):
-        groups.setdefault((run if by == "run" else None, sweeps[config]), []).append(row)
+    groups = group_rows(table, rows, by)
     shown = keys.varying_options(k for _, k in groups)
     used = sorted({i for i, _ in groups if i is not None})
     titles = dict(zip(used, _run_titles([table.runs[i] for i in used])))
@@ -92,7 +111,6 @@ def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p
     newest = newest_run(table, rows) if by == "config" else None
     out = []
     for (index, key), members in groups.items():
-        members = np.array(members)
         parts = [titles[index]] if several_runs else []
         if shown:
             parts.append(keys.describe_options(key, shown))
