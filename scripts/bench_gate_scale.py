@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""A year (and ten years) of nightlies: wall time, MB/s and peak memory of check, compare, history, plot.
+"""A year (and ten years) of nightlies: wall time, MB/s and peak memory of every verb that reads them.
 
-1. One real run: ``microbench run --np 2`` of the nine blocking benchmarks at ``-m 1:1M`` (184 records, the
-   issue's baseline; ``all`` now also holds the non-blocking ones, whose records are larger) or ``--template
-   FILE``, a run you already have.
+1. One real run, the template (``--template``): ``blocking`` (default), ``microbench run --np 2`` of the nine
+   blocking benchmarks at ``-m 1:1M`` (184 records, issue 23's baseline); ``all``, the whole suite as sites
+   run it (``microbench run --np 2 all -m 1:1M``: the non-blocking benchmarks too, whose records hold the
+   overlap figures and are larger); or FILE, a run you already have.
 2. ``scripts/gate_nightlies.py`` copies it into N nightly directories (``YYYY-MM-DD/nightly.jsonl``), run
    ids, start times and latencies varied (see that script).
 3. Each verb runs as a fresh process, as a user would start it, over the whole folder:
@@ -11,7 +12,10 @@
    - check    ``microbench check DIR --spec scripts/specs/nightly-2rank.toml``
    - compare  ``microbench compare --baseline DIR --new DIR/<last night>``
    - history  ``microbench history DIR`` (8 B, every benchmark: 9 series)
-   - plot     ``microbench plot DIR -o OUT`` (one figure per benchmark)
+   - plot     ``microbench plot DIR -o OUT`` (one figure per benchmark, and an overlap figure per
+     non-blocking benchmark)
+   - report   ``microbench report DIR -o OUT/report.html --spec scripts/specs/nightly-2rank.toml
+     --baseline DIR/<first night>`` (the page's size is reported too)
 
 Per verb, twice: ``cold`` with an empty index (every JSONL file decoded, the index written: the first
 night a tool reads a folder) and ``warm`` with the index current (every later night: only a new or
@@ -21,11 +25,12 @@ of the wall time), MB/s = the folder's JSONL bytes / wall seconds, peak memory =
 size of one process (``ru_maxrss`` from wait4, MB = 1e6 B), and ``tree_MB`` = the largest sum, sampled every
 100 ms, of the proportional set sizes (Pss: shared pages divided among the processes sharing them) of the
 verb and its worker processes (a cold read decodes in one worker per CPU: microbench/results/index.py). The
-memory target is judged on the larger of the two. Targets (issue 23): check, compare, history on one year
-<= 2 s and <= 300 MB; ten years <= 10 s and <= 300 MB. The machine is shared: the script prints the load
-average before and after.
+memory target is judged on the larger of the two. Targets: for ``blocking`` (issue 23) check, compare,
+history on one year <= 2 s; for ``all`` (issue 29) every verb on one year <= 5 s warm and <= 15 s cold; ten
+years <= 10 s warm; always <= 300 MB. The machine is shared: the script prints the load average before
+and after.
 
-    python scripts/bench_gate_scale.py --years 1 10 [--template RUN.jsonl] [--work DIR] [--json out.json]
+    python scripts/bench_gate_scale.py --years 1 10 [--template blocking|all|RUN.jsonl] [--work DIR] [--json out.json]
     python scripts/bench_gate_scale.py --years 10 --states cold --read-workers 2 1 --repeat 5   # workers or not
 """
 
@@ -46,9 +51,18 @@ from microbench.benchmarks.table import BLOCKING
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "specs" / "nightly-2rank.toml"
-VERBS = ("check", "compare", "history", "plot")
-TARGET_S = {1: 2.0, 10: 10.0}
+VERBS = ("check", "compare", "history", "plot", "report")
+TEMPLATES = ("blocking", "all")
 TARGET_MB = 300.0
+
+
+def target_s(template: str, verb: str, years: int, state: str) -> float | None:
+    """The wall-time target of a verb (None: none set): issue 23's for ``blocking``, issue 29's for ``all``."""
+    if template == "blocking":
+        return None if verb in ("plot", "report") else {1: 2.0, 10: 10.0}.get(years)
+    if state == "cold":
+        return 15.0 if years == 1 else None
+    return {1: 5.0, 10: 10.0}.get(years)
 
 
 def nightlies_module():
@@ -60,18 +74,24 @@ def nightlies_module():
     return gate_nightlies
 
 
-def real_run(work: Path) -> Path:
-    """One real 2-rank sweep of every benchmark, 1 B to 1 MiB."""
-    out = work / "template.jsonl"
+def real_run(work: Path, which: str) -> Path:
+    """One real 2-rank sweep, 1 B to 1 MiB, of the blocking benchmarks or (``all``) the whole suite."""
+    out = work / ("template.jsonl" if which == "blocking" else f"template-{which}.jsonl")
     if not out.exists():
-        cmd = [sys.executable, "-m", "microbench", "run", "--np", "2", *BLOCKING, "-m", "1:1M", "--out", str(out)]
+        names = list(BLOCKING) if which == "blocking" else ["all"]
+        cmd = [sys.executable, "-m", "microbench", "run", "--np", "2", *names, "-m", "1:1M", "--out", str(out)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return out
 
 
-def build(template: Path, work: Path, years: int) -> Path:
+def template_name(text: str) -> str:
+    """``blocking``, ``all``, or the stem of a template file (names the nightly folders)."""
+    return text if text in TEMPLATES else Path(text).stem
+
+
+def build(template: Path, work: Path, years: int, name: str = "blocking") -> Path:
     """The nightly folder of ``years`` years (reused when it is already there)."""
-    folder = work / f"nightly-{years}y"
+    folder = work / (f"nightly-{years}y" if name == "blocking" else f"nightly-{name}-{years}y")
     done = folder / ".complete"
     if not done.exists():
         gen = nightlies_module()
@@ -94,11 +114,13 @@ def validate(folder: Path) -> str:
 
 
 def verb_command(verb: str, folder: Path, out: Path) -> list[str]:
-    last = sorted(p for p in folder.iterdir() if p.is_dir())[-1]
+    nights = sorted(p for p in folder.iterdir() if p.is_dir())
     args = {"check": ["check", str(folder), "--spec", str(SPEC)],
-            "compare": ["compare", "--baseline", str(folder), "--new", str(last)],
+            "compare": ["compare", "--baseline", str(folder), "--new", str(nights[-1])],
             "history": ["history", str(folder)],
-            "plot": ["plot", str(folder), "-o", str(out / "plots")]}[verb]
+            "plot": ["plot", str(folder), "-o", str(out / "plots")],
+            "report": ["report", str(folder), "-o", str(out / "report.html"), "--spec", str(SPEC),
+                       "--baseline", str(nights[0])]}[verb]
     return [sys.executable, "-m", "microbench", *args]
 
 
@@ -150,7 +172,8 @@ def jsonl_bytes(folder: Path) -> int:
 
 
 def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: float,
-              states: tuple[str, ...] = ("cold", "warm"), workers: tuple[str, ...] = ("",)) -> list[dict]:
+              states: tuple[str, ...] = ("cold", "warm"), workers: tuple[str, ...] = ("",),
+              template: str = "blocking") -> list[dict]:
     """Per verb: ``cold`` (no index: every JSONL file decoded, and the index written), then ``warm``
     (the index current: the state of every night after the first), ``repeat`` runs each; with several
     ``workers`` settings (``MICROBENCH_READ_WORKERS``, "" for the default) each repeat runs every setting in
@@ -173,13 +196,19 @@ def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: 
                 for setting, got in runs.items():
                     walls = [g[0] for g in got]
                     wall = statistics.median(walls)
-                    rows.append({"years": years, "verb": verb, "index": state, "input_mb": size / 1e6,
+                    page = Path(tmp) / "report.html"
+                    rows.append({"template": template, "years": years, "verb": verb, "index": state,
+                                 "input_mb": size / 1e6,
                                  "read_workers": setting or "default", "wall_s": wall,
                                  "wall_min_s": min(walls), "wall_max_s": max(walls),
                                  "cpu_s": statistics.median([g[3] for g in got]),
                                  "mb_per_s": size / 1e6 / wall if wall else None,
                                  "peak_mb": max(g[1] for g in got), "tree_pss_mb": max(g[4] for g in got),
-                                 "exit": got[-1][2], "repeats": len(got)})
+                                 "exit": got[-1][2], "repeats": len(got),
+                                 "page_mb": page.stat().st_size / 1e6 if verb == "report" and page.exists()
+                                 else None,
+                                 "target_s": target_s(template, verb, years, state)})
+                    page.unlink(missing_ok=True)
                     print(table_row(rows[-1]), flush=True)
     return rows
 
@@ -187,19 +216,23 @@ def run_verbs(folder: Path, years: int, verbs: list[str], repeat: int, timeout: 
 def table_row(row: dict) -> str:
     wall = "timeout" if row["wall_s"] == float("inf") else f"{row['wall_s']:.2f}"
     speed = f"{row['mb_per_s']:.0f}" if row["mb_per_s"] and row["wall_s"] != float("inf") else "-"
-    target = TARGET_S.get(row["years"]) if row["verb"] != "plot" else None
+    target = row["target_s"]
     memory = max(row["peak_mb"], row["tree_pss_mb"])
     met = "-" if target is None else ("yes" if row["wall_s"] <= target and memory <= TARGET_MB else "NO")
+    page = f"; page {row['page_mb']:.2f} MB" if row.get("page_mb") is not None else ""
     return (f"{row['years']:>5}  {row['verb']:<8} {row['index']:<5} {row['input_mb']:>8.1f} {wall:>8} "
             f"{row['cpu_s']:>6.2f} {speed:>7} {row['peak_mb']:>8.0f} {row['tree_pss_mb']:>7.0f} {row['exit']:>4}  "
-            f"{met}  (workers {row['read_workers']}; wall {row['wall_min_s']:.2f} to {row['wall_max_s']:.2f})")
+            f"{met}  (workers {row['read_workers']}; wall {row['wall_min_s']:.2f} to {row['wall_max_s']:.2f}{page})")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--years", type=int, nargs="+", default=[1, 10])
     ap.add_argument("--verbs", nargs="+", choices=VERBS, default=list(VERBS))
-    ap.add_argument("--template", type=Path, help="a real run's JSONL (default: run one now)")
+    ap.add_argument("--template", default="blocking", metavar="blocking|all|RUN.jsonl",
+                    help="the run copied into nightlies: blocking (default: the nine blocking benchmarks) or all "
+                         "(the whole suite, non-blocking benchmarks and overlap included), run now on 2 ranks "
+                         "at 1:1M, or a real run's JSONL file")
     ap.add_argument("--work", type=Path, help="keep the nightlies here (default: a temporary folder)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per verb, the median wall time reported")
     ap.add_argument("--timeout", type=float, default=300, help="seconds before a verb counts as timed out")
@@ -213,19 +246,24 @@ def main() -> int:
     tmp = None if args.work else tempfile.TemporaryDirectory()
     work = args.work or Path(tmp.name)
     work.mkdir(parents=True, exist_ok=True)
-    template = args.template or real_run(work)
-    print(f"# load average before: {os.getloadavg()[0]:.2f} (2 cores shared)")
+    name = template_name(args.template)
+    template = real_run(work, args.template) if args.template in TEMPLATES else Path(args.template)
+    before = os.getloadavg()
+    print(f"# template {args.template} ({template}); load average before: {before[0]:.2f} {before[1]:.2f} "
+          f"{before[2]:.2f} ({os.cpu_count()} CPUs, shared)")
     print("# years  verb     index input_MB   wall_s  cpu_s    MB/s  peak_MB tree_MB exit  "
-          "target (<= 2 s/1 y, 10 s/10 y, 300 MB)")
+          "target (see --help; 300 MB)")
     rows = []
     for years in args.years:
-        folder = build(template, work, years)
+        folder = build(template, work, years, name)
         print(f"# {years} year(s): {folder}, records {validate(folder)}", flush=True)
         rows += run_verbs(folder, years, args.verbs, args.repeat, args.timeout, tuple(args.states),
-                          tuple(args.read_workers))
-    print(f"# load average after: {os.getloadavg()[0]:.2f}")
+                          tuple(args.read_workers), name)
+    after = os.getloadavg()
+    print(f"# load average after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "load_after": os.getloadavg()[0]}, indent=1))
+        args.json.write_text(json.dumps({"template": args.template, "rows": rows, "load_before": before,
+                                         "load_after": after}, indent=1))
     if tmp:
         tmp.cleanup()
     return 0

@@ -156,14 +156,17 @@ def test_a_known_regression_shows_with_its_interval(tmp_path):
         assert ("bad" in tr.classes) == (row.key.size_bytes == 8)
 
 
-def test_many_runs_show_the_median_over_runs_first(tmp_path):
+@pytest.mark.parametrize("newest", [None, 8])
+def test_many_runs_show_the_median_over_runs_first(tmp_path, newest):
+    """The median over all 8 runs shows first; the newest runs (5 unless --newest says) start hidden."""
     synth.write_runs(tmp_path / "n.jsonl", 8, synth.base_latency, benchmarks=("allreduce",), sizes=(8, 1024))
     out = tmp_path / "r.html"
-    assert microbench_main(["report", str(tmp_path / "n.jsonl"), "-o", str(out)]) == 0
+    more = ["--newest", str(newest)] if newest else []
+    assert microbench_main(["report", str(tmp_path / "n.jsonl"), "-o", str(out), *more]) == 0
     chart = parse(out.read_text()).find(id="bench-allreduce").find("svg", cls="chart")
     shown = [g for g in chart.find_all("g", cls="series") if "off" not in g.classes]
     assert [g.attrs["data-label"] for g in shown] == ["median of 8 runs"]
-    assert len(chart.find_all("g", cls="off")) == 8
+    assert len(chart.find_all("g", cls="off")) == (newest or 5)
     p50 = sorted(synth.base_latency("allreduce", 8) * j for j in synth.JITTER[:8])
     median = (p50[3] + p50[4]) / 2
     assert close(shown[0].find("circle", data_x="8").attrs["data-y"], median)

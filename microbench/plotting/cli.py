@@ -5,21 +5,26 @@ its spread (p10..p90 of all samples, or fastest..slowest). Right: busbw (or algb
 latency from the same statistics. --by config merges the runs of each configuration: the line is then
 the median over runs and the band the spread over runs. Results of the pairwise link test (``run
 pairs``) become heatmaps, one per matrix, with outlier cells marked. A non-blocking benchmark (iallreduce,
-...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap). PNG, and SVG with --svg. Results of
-benchmarks this command cannot draw are skipped with a note.
+...) also gets <name>-overlap.png: OMB's and IMB's overlap against message size (microbench.plotting.overlap),
+grouped and merged as the latency figure is. Everything is read through the columnar reader
+(``results.load.load_table``): only the statistics drawn are kept, and the overlap blocks as numbers.
+PNG, and SVG with --svg. Results of benchmarks this command cannot draw are skipped with a note.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
 from microbench.plotting import file_name, inside
 from microbench.plotting.heatmap import heatmap
+from microbench.plotting.parallel import draw_all
 from microbench.results import selection as select
 from microbench.results.metrics import LATENCY_STATS
 
@@ -50,7 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     from microbench.benchmarks.table import COLLECTIVES
     from microbench.plotting import curves, overlap
-    from microbench.records import read_runs
     from microbench.results.load import benchmark_names, load_table
 
     wanted = benchmark_names(args.benchmark)
@@ -62,23 +66,29 @@ def main(args) -> int:
             note(f"skipped {count} result(s) of benchmark {name!r}: plot does not know how to draw it")
     names = [n for n in (wanted or sorted(n for n in found if n in COLLECTIVES)) if n in COLLECTIVES]
     out_dir = Path(args.out_dir)
-    written = []
-    runs = None  #: the runs' records, read when a non-blocking benchmark's overlap is drawn
+    jobs = []  #: one per figure, drawn side by side (plotting.parallel)
     for name in names:
         by = curves.resolve_by(args.by, len(table.used_runs(curves.benchmark_rows(table, name, args.stat))))
         series = curves.build_series(table, name, args.stat, args.band, by, args.bw)
         if not series:
             note(f"no results of {name} with a {args.stat} latency" + (" (asked for with -b)" if wanted else ""))
             continue
+        head = curves.heading(table, curves.benchmark_rows(table, name, args.stat))
+        if COLLECTIVES[name].nonblocking:  # and its overlap against size, grouped as the latency figure
+            overlap_by = curves.resolve_by(args.by, len(table.used_runs(
+                table.overlap_row[overlap.overlap_rows(table, name)])))
+            overlap_series, overlap_head = overlap.prepare(table, name, overlap_by, args.band)
         for suffix in (".png", ".svg") if args.svg else (".png",):
-            written.append(curves.draw(name, COLLECTIVES[name].summary, series, table, out_dir / f"{name}{suffix}",
-                                       args.stat, args.band, by, args.bw))
-            if COLLECTIVES[name].nonblocking:  # and its overlap against size (from the records themselves)
-                runs = runs if runs is not None else read_runs(args.results)
-                written += filter(None, [overlap.draw(name, COLLECTIVES[name].summary, runs,
-                                                      out_dir / f"{name}-overlap{suffix}")])
+            jobs.append(partial(curves.draw, name, COLLECTIVES[name].summary, series, head,
+                                out_dir / f"{name}{suffix}", args.stat, args.band, by, args.bw))
+            if COLLECTIVES[name].nonblocking:
+                jobs.append(partial(overlap.draw_series, name, overlap_series, overlap_head,
+                                    out_dir / f"{name}-overlap{suffix}", overlap_by, args.band))
     if wanted is None or PAIRS in wanted:
-        written += draw_pairs(table, out_dir, args.svg)
+        jobs += pairs_jobs(table, out_dir, args.svg)
+    del table  # the figures hold what they draw (per configuration and size): the rows are let go
+    gc.collect()
+    written = draw_all(jobs)
     if not written:
         raise UsageError(f"nothing to plot in {', '.join(args.results)}")
     for path in written:
@@ -86,9 +96,9 @@ def main(args) -> int:
     return 0
 
 
-def draw_pairs(table, out_dir: Path, svg: bool) -> list[Path]:
-    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked."""
-    written = []
+def pairs_jobs(table, out_dir: Path, svg: bool) -> list:
+    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked (a job each)."""
+    jobs = []
     for row in sorted(table.extras):
         res = table.record(row)
         if res.get("benchmark") != PAIRS or not res.get("matrix"):
@@ -98,9 +108,9 @@ def draw_pairs(table, out_dir: Path, svg: bool) -> list[Path]:
         cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
         stem = f"pairs-{file_name(res['metric'])}-{file_name(res['run_id'])}"
         for suffix in (".png", ".svg") if svg else (".png",):
-            written.append(heatmap(res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
-                                   inside(out_dir, out_dir / f"{stem}{suffix}"), outliers=cells))
-    return written
+            jobs.append(partial(heatmap, res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
+                                inside(out_dir, out_dir / f"{stem}{suffix}"), outliers=cells))
+    return jobs
 
 
 def note(text: str) -> None:

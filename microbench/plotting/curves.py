@@ -62,7 +62,8 @@ def _run_titles(runs: list[RunInfo]) -> list[str]:
 
 def benchmark_rows(table: Table, benchmark: str, stat: str) -> np.ndarray:
     """Rows of ``benchmark`` that have the latency statistic ``stat``."""
-    return np.flatnonzero((table.benchmarks() == benchmark) & np.isfinite(table.latency[stat]) & (table.size > 0))
+    mine = table.config_mask(lambda key: key.benchmark == benchmark)  # asked once per configuration
+    return np.flatnonzero(mine & np.isfinite(table.latency[stat]) & (table.size > 0))
 
 
 def resolve_by(by: str, runs: int) -> str:
@@ -77,14 +78,32 @@ def newest_run(table: Table, rows: np.ndarray) -> int | None:
     return max(timed)[1] if timed else (runs[-1] if runs else None)
 
 
+def group_rows(table: Table, rows: np.ndarray, by: str) -> dict[tuple[int | None, ConfigKey], np.ndarray]:
+    """``rows`` by (run, configuration without size) (``by="run"``) or by configuration without size (run
+    None), groups in the order of their first row and rows in their order within a group."""
+    sweep_index: dict[ConfigKey, int] = {}
+    sweep_code = np.array([sweep_index.setdefault(c.without_size(), len(sweep_index)) for c in table.configs] or [0],
+                          dtype=np.int64)
+    sweeps = list(sweep_index)
+    codes = sweep_code[table.config[rows]]
+    runs = table.run[rows].astype(np.int64) if by == "run" else np.zeros(len(rows), dtype=np.int64)
+    _, first, inverse = np.unique(runs * max(len(sweeps), 1) + codes, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    ends = np.cumsum(np.bincount(inverse, minlength=len(first)))
+    starts = ends - np.bincount(inverse, minlength=len(first))
+    out = {}
+    for g in np.argsort(first, kind="stable").tolist():
+        at = int(first[g])
+        out[(int(runs[at]) if by == "run" else None, sweeps[int(codes[at])])] = rows[order[starts[g]:ends[g]]]
+    return out
+
+
 def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p10-p90", by: str = "run",
                  bw_metric: str = "busbw") -> list[Series]:
     """The series of one benchmark (results with no usable latency statistic are left out)."""
     rows = benchmark_rows(table, benchmark, stat)
-    sweeps = [c.without_size() for c in table.configs]
-    groups: dict[tuple, list[int]] = {}
-    for row, run, config in zip(rows.tolist(), table.run[rows].tolist(), table.config[rows].tolist()):
-        groups.setdefault((run if by == "run" else None, sweeps[config]), []).append(row)
+    groups = group_rows(table, rows, by)
     shown = keys.varying_options(k for _, k in groups)
     used = sorted({i for i, _ in groups if i is not None})
     titles = dict(zip(used, _run_titles([table.runs[i] for i in used])))
@@ -92,7 +111,6 @@ def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p
     newest = newest_run(table, rows) if by == "config" else None
     out = []
     for (index, key), members in groups.items():
-        members = np.array(members)
         parts = [titles[index]] if several_runs else []
         if shown:
             parts.append(keys.describe_options(key, shown))
@@ -176,12 +194,28 @@ def explanation(stat: str, band: str, by: str, bw_metric: str) -> str:
             f"(S and factor as nccl-tests); GB = 1e9 B")
 
 
-def draw(benchmark: str, summary: str, series: list[Series], table: Table, path: str | os.PathLike,
+@dataclass
+class Heading:
+    """What a figure names beside its series: the newest run's legend title, the MPI libraries."""
+
+    newest: str | None
+    libraries: list[str]
+
+
+def heading(table: Table, rows: np.ndarray) -> Heading:
+    """The heading of a figure drawn from ``rows``."""
+    newest = newest_run(table, rows)
+    return Heading(_run_titles([table.runs[newest]])[0] if newest is not None else None,
+                   sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)}))
+
+
+def draw(benchmark: str, summary: str, series: list[Series], table: Table | Heading, path: str | os.PathLike,
          stat: str, band: str, by: str, bw_metric: str) -> Path:
-    """Write one figure: latency (log-log) left, bandwidth right; merged series mark the newest run."""
+    """Write one figure: latency (log-log) left, bandwidth right; merged series mark the newest run.
+    ``table``: the table the series come from, or their ``Heading`` (then the table is not needed)."""
     from microbench.plotting import line_style, log_value_axis, new_figure, save, size_axis
 
-    rows = benchmark_rows(table, benchmark, stat)
+    head = table if isinstance(table, Heading) else heading(table, benchmark_rows(table, benchmark, stat))
     fig = new_figure(11, 4.6)
     lat_ax, bw_ax = fig.subplots(1, 2)
     for i, s in enumerate(series):
@@ -198,14 +232,12 @@ def draw(benchmark: str, summary: str, series: list[Series], table: Table, path:
     bw_ax.set_ylabel(f"{bw_metric} (GB/s)")
     bw_ax.set_ylim(bottom=0)
     if any(s.newest for s in series):
-        newest = newest_run(table, rows)
         lat_ax.plot([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="none",
-                    markeredgecolor="black", label=f"newest run ({_run_titles([table.runs[newest]])[0]})")
+                    markeredgecolor="black", label=f"newest run ({head.newest})")
     if len(series) > 1 or series[0].label or any(s.newest for s in series):
         lat_ax.legend(fontsize=7, loc="upper left")
     ranks = sorted({str(s.key.get("ranks")) for s in series})
-    libs = sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)})
-    fig.suptitle(f"{benchmark}: {summary}\n{'/'.join(ranks)} ranks, {', '.join(libs)}", fontsize=10)
+    fig.suptitle(f"{benchmark}: {summary}\n{'/'.join(ranks)} ranks, {', '.join(head.libraries)}", fontsize=10)
     fig.supxlabel(explanation(stat, band, by, bw_metric), fontsize=7)
     return save(fig, path)
 

@@ -10,6 +10,10 @@ with --baseline, the compare verdicts with their intervals (the RESULTS are the 
 each configuration across the runs; the pairwise link test's heatmaps; with --workload, the pricing of
 `microbench workload ... --results RUN.jsonl --json`. Style and script are inline and the page loads
 nothing from the network. Exit 0 when written (whatever the verdicts), 2 on bad input.
+
+Every input is read once, through the columnar reader. Past ``--newest`` runs the page aggregates (per
+configuration the median over runs with its band, the newest runs individually, history binned) and says
+so at its top, so that a year of nightlies is a page of a few MB.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from pathlib import Path
 
 from microbench.errors import UsageError
 from microbench.gate.check import evaluate
+from microbench.gate.check_cli import spec_stats
 from microbench.gate.compare import compare
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.spec import load_spec
 from microbench.report import figures, heatmaps, history, page, verdicts, workload
 from microbench.report import runs as runs_part
-from microbench.report.loaded import Loaded, load
+from microbench.report.loaded import DEFAULT_NEWEST, Loaded, load
 from microbench.report.markup import Section
 from microbench.results.load import load_table, time_span
 from microbench.results.metrics import LATENCY_STATS
@@ -42,7 +47,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"latency statistic of curves, history and compare ({', '.join(LATENCY_STATS)}; default p50)")
     p.add_argument("--threshold", default="5%", type=parse_threshold, metavar="PCT",
                    help="compare: smallest change that counts (default 5%%)")
+    p.add_argument("--newest", type=_count, default=DEFAULT_NEWEST, metavar="N",
+                   help=f"runs shown individually (curves, runs table, OMB-style tables, heatmaps): the newest N "
+                        f"(default {DEFAULT_NEWEST}); the others count in the medians over runs, the history, "
+                        "check and compare")
     p.add_argument("--title", help="the page's title (default: microbench report and the runs' time span)")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+    return value
 
 
 def _out_path(text: str) -> Path:
@@ -78,14 +97,15 @@ def main(args) -> int:
     out = _out_path(args.out)
     if args.workload:
         workload.load(args.workload)  # bad input ends here, before any work
+    stats = [args.stat, "p10", "p90", figures.FALLBACK_STAT]  # the line, its band, the fallback
     if args.spec:
-        load_spec(args.spec)
-    loaded = load(args.results)
+        stats += spec_stats(load_spec(args.spec))
+    loaded = load(args.results, args.newest, dict.fromkeys(stats))
     sections = build_sections(args, loaded)
     title = args.title or f"microbench report: {len(loaded.order)} run(s), " \
         f"{time_span([loaded.table.runs[i] for i in loaded.order])}"
     html = page.document(title, [*args.results, *(["--baseline", *args.baseline] if args.baseline else [])],
-                         sections)
+                         sections, loaded.aggregation())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(html)

@@ -6,9 +6,10 @@ B): the values the gate reads (``Table.values``), as ``microbench plot`` draws t
 lack the statistic (imported OMB or nccl-tests logs often have avg only) is drawn with avg, and the legend,
 the tooltip and the notes say so. Where a configuration was measured by several runs, a "median of N runs"
 series (``plotting.curves.build_series`` merged by configuration: median over runs of each run's value,
-band p10..p90 over runs) is added; with more than ``MANY_RUNS`` runs it is what shows first and the single
-runs start hidden. The OMB-style tables are printed by ``microbench run``'s own formatting, for the newest
-``MAX_TABLE_RUNS`` runs.
+band p10..p90 over runs, every run counted) is added; single runs are drawn for the newest runs only
+(``Loaded.newest``, ``--newest``), so the page does not grow with the runs read. With more than ``MANY_RUNS``
+runs the medians show first and the single runs start hidden. The OMB-style tables are printed by
+``microbench run``'s own formatting, for the runs drawn singly (their records read from their files).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from microbench.run import terminal
 from microbench.units import format_size
 
 MANY_RUNS = 6
-MAX_TABLE_RUNS = 12
 FALLBACK_STAT = "avg"
 
 
@@ -60,15 +60,20 @@ def _pair(a: np.ndarray | None, b: np.ndarray | None, row: int) -> tuple[float, 
     return float(a[row]), float(b[row])
 
 
-def run_curves(table: Table, benchmark: str, stat: str, skip: set = frozenset()) -> list[Curve]:
-    """One curve per (run, configuration) of ``benchmark`` at ``stat``, leaving out the pairs in ``skip``."""
+def run_curves(table: Table, benchmark: str, stat: str, skip: set = frozenset(),
+               runs: list[int] | None = None) -> list[Curve]:
+    """One curve per (run, configuration) of ``benchmark`` at ``stat``, of ``runs`` (None: every run),
+    leaving out the pairs in ``skip``."""
     lat, bw = table.values("latency", stat), table.values("busbw", stat)
     has = {s: s in table.latency for s in ("p10", "p90")}
     p10, p90 = (table.latency["p10"] if has["p10"] else None), (table.latency["p90"] if has["p90"] else None)
     bw_lo = table.values("busbw", "p90") if has["p90"] else None
     bw_hi = table.values("busbw", "p10") if has["p10"] else None
     groups: dict[tuple[int, ConfigKey], dict[int, int]] = {}
-    for row in benchmark_rows(table, benchmark, stat).tolist():
+    rows = benchmark_rows(table, benchmark, stat)
+    if runs is not None:
+        rows = rows[np.isin(table.run[rows], np.asarray(runs, dtype=np.int64))]
+    for row in rows.tolist():
         owner = (int(table.run[row]), table.configs[table.config[row]].without_size())
         if owner not in skip:
             groups.setdefault(owner, {}).setdefault(int(table.size[row]), row)
@@ -99,9 +104,9 @@ def median_curves(table: Table, benchmark: str, stat: str) -> list[Curve]:
 def collect(loaded: Loaded, benchmark: str, stat: str) -> tuple[list[Curve], list[str]]:
     """Per run and configuration the curve at ``stat`` (else avg), the medians over runs, and notes."""
     table, names = loaded.table, loaded.names
-    curves = run_curves(table, benchmark, stat)
+    curves = run_curves(table, benchmark, stat, runs=loaded.newest)
     if stat != FALLBACK_STAT and FALLBACK_STAT in table.latency:
-        fallback = run_curves(table, benchmark, FALLBACK_STAT, {(c.run, c.key) for c in curves})
+        fallback = run_curves(table, benchmark, FALLBACK_STAT, {(c.run, c.key) for c in curves}, loaded.newest)
         notes_ = [f"{names[run]}: its {benchmark} records have no {stat} latency; its curve shows {FALLBACK_STAT}"
                   for run in sorted({c.run for c in fallback})]
         curves += fallback
@@ -144,10 +149,9 @@ def _omb_tables(loaded: Loaded, benchmark: str, curves: list[Curve], shown: list
     singles = [c for c in curves if c.run is not None]
     position = {run: n for n, run in enumerate(loaded.order)}
     singles.sort(key=lambda c: -position.get(c.run, -1))
-    newest = sorted({c.run for c in singles}, key=lambda r: -position.get(r, -1))[:MAX_TABLE_RUNS]
-    for c in [c for c in singles if c.run in newest]:
+    for c in singles:
         name, key = loaded.names[c.run], c.key
-        rows = sorted((r for r in loaded.full[c.run].results if r.get("benchmark") == benchmark
+        rows = sorted((r for r in loaded.full(c.run).results if r.get("benchmark") == benchmark
                        and keys.config_key(r).without_size() == key), key=lambda r: r.get("size_bytes") or 0)
         extra = ("first",) if any(isinstance(r.get("first_call_us"), dict) for r in rows) else ()
         opts = keys.describe_options(key, [n for n in keys.OPTION_FIELDS if key.get(n) is not None])
@@ -156,8 +160,8 @@ def _omb_tables(loaded: Loaded, benchmark: str, curves: list[Curve], shown: list
         body = [terminal.format_result_row(r, extra) for r in rows]
         title = name + (f", {keys.describe_options(key, shown)}" if shown else "") + f": {len(rows)} sizes"
         blocks.append(details(title, pre(head + body)))
-    left = len({c.run for c in singles}) - len(newest)
-    return "".join(blocks) + (notes([f"tables of the {left} older run(s) left out"]) if left > 0 else "")
+    left = len(loaded.order) - len(loaded.newest)
+    return "".join(blocks) + (notes([f"tables of the {left} older run(s) left out (--newest)"]) if left > 0 else "")
 
 
 def _charts(benchmark: str, stat: str, lat: list[svg.Line], bw: list[svg.Line]) -> str:
@@ -180,7 +184,7 @@ def figure_group(loaded: Loaded, benchmark: str, stat: str) -> tuple[str, list[s
     configs = list(dict.fromkeys(c.key for c in curves))
     shown = keys.varying_options(configs)
     runs_used = [r for r in loaded.order if any(c.run == r for c in curves)]
-    hide_single = len(runs_used) > MANY_RUNS and any(c.run is None for c in curves)
+    hide_single = (len(runs_used) > MANY_RUNS or loaded.aggregated) and any(c.run is None for c in curves)
     lat = _lines(curves, names, configs, shown, stat, False, hide_single)
     bw = _lines(curves, names, configs, shown, stat, True, hide_single)
     toggles = svg.group_toggles("runs:", [(f"run:{i}", names[i]) for i in runs_used])
@@ -191,8 +195,10 @@ def figure_group(loaded: Loaded, benchmark: str, stat: str) -> tuple[str, list[s
     coll = COLLECTIVES.get(benchmark)
     head = text_el("h3", f"{benchmark}: {coll.summary}" if coll else benchmark)
     how = text_el("p", explanation(stat, "p10-p90", "run", "busbw").replace("\n", "; ")
-                  + "; medians over runs: band p10..p90 over runs."
-                  " Hover a point for its values; the buttons show and hide series.", class_="how")
+                  + "; medians over runs: band p10..p90 over runs"
+                  + (f", every run counted; single runs: the newest {len(loaded.newest)} only."
+                     if loaded.aggregated else ".")
+                  + " Hover a point for its values; the buttons show and hide series.", class_="how")
     body = head + how + toggles + svg.legend(lat) + _charts(benchmark, stat, lat, bw)
     body += notes(notes_) + _omb_tables(loaded, benchmark, curves, shown)
     return el("div", body, class_="figure-group", id=f"bench-{benchmark}"), notes_

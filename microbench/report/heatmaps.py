@@ -92,16 +92,39 @@ def _one(rec: dict, run_name: str) -> tuple[str, list[str]]:
     return el("div", body, class_="figure-group pairs"), lines
 
 
+def pairs_records(loaded: Loaded) -> tuple[list[tuple[int, dict]], int]:
+    """(run, record) of the pairs matrices of the newest ``len(loaded.newest)`` runs that have any, in run
+    order, and how many older runs with matrices are left out; from the table's kept pairs fields, or the
+    records in full where the run is shown individually."""
+    table = loaded.table
+    found: dict[int, list[dict]] = {}
+    for row in sorted(table.extras):
+        if table.configs[table.config[row]].benchmark != PAIRS or not table.extras[row].get("matrix"):
+            continue
+        rec = table.record(row)
+        if isinstance(rec.get("matrix"), list):
+            found.setdefault(int(table.run[row]), []).append(rec)
+    runs = [i for i in loaded.order if i in found]
+    kept = runs[-len(loaded.newest):] if loaded.newest else []
+    out = []
+    for i in kept:  # a run shown individually has its records in full (the outlier rule, the window)
+        full = [r for r in loaded.shown[i].results if r.get("benchmark") == PAIRS
+                and isinstance(r.get("matrix"), list) and r["matrix"]] if i in loaded.shown else []
+        out += [(i, rec) for rec in (full if len(full) == len(found[i]) else found[i])]
+    return out, len(runs) - len(kept)
+
+
 def section(loaded: Loaded) -> Section | None:
     blocks, outliers = [], 0
-    for i in loaded.order:
-        for rec in loaded.full[i].results:
-            if rec.get("benchmark") == PAIRS and isinstance(rec.get("matrix"), list) and rec["matrix"]:
-                html, _ = _one(rec, loaded.names[i])
-                blocks.append(html)
-                outliers += len(record_outliers(rec)[0])
+    shown, left = pairs_records(loaded)
+    for i, rec in shown:
+        html, _ = _one(rec, loaded.names[i])
+        blocks.append(html)
+        outliers += len(record_outliers(rec)[0])
     if not blocks:
         return None
+    if left:
+        blocks.append(notes([f"the matrices of {left} older run(s) left out (--newest)"]))
     how = text_el("p", "Each cell: the p50 of that pair's iterations. Pale is good, dark red bad (high latency, "
                   "low bandwidth); a blue frame marks an outlier link: modified z-score 0.6745 (x - median) / MAD "
                   "over all links beyond 3.5 in the bad direction, MAD floored at 5 % of the median.", class_="how")

@@ -6,19 +6,29 @@ Each point is one run's value of that configuration: its latency statistic (``--
 benchmark none of whose runs has it falls back to avg, and says so). Runs without a start time come last.
 A dashed line marks where the MPI library changed from the run before; steps are listed under the chart
 with the recorded conditions that changed where they start (a step nothing explains is what to look into).
+
+Past ``MAX_POINTS`` runs a point is a bin of consecutive runs (as few runs per bin as keep the points
+within ``MAX_POINTS``): its median over those runs' values, the band their p10..p90, the tooltip naming the
+first and last run; the steps are still found on every run's value (the gate's own numbers).
 """
 
 from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
 
 from microbench.gate import history as gate_history
 from microbench.report import svg
 from microbench.report.figures import FALLBACK_STAT, benchmarks_in
 from microbench.report.loaded import Loaded
 from microbench.report.markup import Section, el, notes, text_el
+from microbench.results.columns import Table
 from microbench.results.load import mpi_library, run_time
 from microbench.units import format_size
 
 MAX_TICKS = 10
+MAX_POINTS = 50  #: points per history line, at most; more runs are binned
 MIN_STEP, ALPHA = 0.05, 0.05  #: microbench history's defaults (--min-step 5 %, --confidence 0.95)
 
 
@@ -27,12 +37,28 @@ def _when(run) -> str:
     return f"{t:%m-%d %H:%M}" if t else "no time"
 
 
-def build(loaded: Loaded, stat: str) -> gate_history.History:
-    """The history of every configuration at every size, with its steps; avg where nothing has ``stat``."""
-    sizes = sorted(set(loaded.table.size.tolist()) - {-1})
-    hist = gate_history.build(loaded.table, sizes, "latency", stat)
+def _day(run) -> str:
+    t = run_time(run)
+    return f"{t:%Y-%m-%d}" if t else "no time"
+
+
+def build(table: Table, stat: str) -> gate_history.History:
+    """The history of every configuration of ``table`` at every size, with its steps."""
+    sizes = sorted(set(table.size.tolist()) - {-1})
+    hist = gate_history.build(table, sizes, "latency", stat)
     hist.find_steps(MIN_STEP, ALPHA)
     return hist
+
+
+def histories(loaded: Loaded, stat: str) -> Iterator[tuple[str, gate_history.History]]:
+    """(benchmark, its history) one benchmark at a time: a history holds one value per run and
+    configuration, so only one benchmark's are held at once."""
+    table = loaded.table
+    names = table.benchmarks()
+    drawn = benchmarks_in(table)
+    others = sorted({str(n) for n in names.tolist() if n is not None} - set(drawn))  # pairs: counted, not drawn
+    for benchmark in [*drawn, *others]:
+        yield benchmark, build(table.take(np.flatnonzero(names == benchmark)), stat)
 
 
 def _step_lines(hist: gate_history.History, names: dict[int, str], columns: list[int]) -> list[str]:
@@ -53,22 +79,34 @@ def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> 
     used = [i for i in range(len(hist.runs)) if any((i, hist.columns[c]) in hist.values for c in columns)]
     if len(used) < 2:
         return "", []
-    position = {i: n for n, i in enumerate(used)}
+    width = -(-len(used) // MAX_POINTS)  #: runs per point
+    bins = [used[b:b + width] for b in range(0, len(used), width)]
+    bin_of = {i: b for b, members in enumerate(bins) for i in members}
     lines = []
     for n, c in enumerate(columns):
         key = hist.columns[c]
         color, dash = svg.style_of(n)
         line = svg.Line(f"h{n}", hist.labels[c], f"h{n} size:{key.size_bytes}", color, dash)
-        line.points = [svg.Point(position[i], hist.values[(i, key)], names[id(hist.runs[i])])
-                       for i in used if (i, key) in hist.values]
+        for b, members in enumerate(bins):
+            here = [i for i in members if (i, key) in hist.values]
+            if width == 1 and here:
+                line.points.append(svg.Point(b, hist.values[(here[0], key)], names[id(hist.runs[here[0]])]))
+            elif here:
+                values = np.array([hist.values[(i, key)] for i in here])
+                lo, mid, hi = np.percentile(values, [10, 50, 90])
+                what = f"{_day(hist.runs[here[0]])} .. {_day(hist.runs[here[-1]])}, median of {len(here)} runs"
+                line.points.append(svg.Point(b, float(mid), what, float(lo), float(hi)))
         lines.append(line)
-    stride = max(1, -(-len(used) // MAX_TICKS))
-    ticks = [(n, _when(hist.runs[i])) for n, i in enumerate(used) if n % stride == 0]
-    marks = [(n, mpi_library(hist.runs[i])) for n, i in enumerate(used)
+    stride = max(1, -(-len(bins) // MAX_TICKS))
+    ticks = [(b, _when(hist.runs[members[0]])) for b, members in enumerate(bins) if b % stride == 0]
+    marks = [(bin_of[i], mpi_library(hist.runs[i])) for n, i in enumerate(used)
              if n and mpi_library(hist.runs[i]) != mpi_library(hist.runs[used[n - 1]])]
-    axes = svg.make_axes(lines, "index", True, "run (start time, UTC)", f"{hist.stat} latency (us)", x_ticks=ticks)
-    svg_text = svg.line_chart(lines, axes, f"{benchmark}: {hist.stat} latency per run", "us",
-                              f"{hist.stat} latency", marks=marks)
+    x_label = "run (start time, UTC)" if width == 1 else f"runs, {width} per point (start time, UTC)"
+    axes = svg.make_axes(lines, "index", True, x_label, f"{hist.stat} latency (us)", x_ticks=ticks)
+    title = f"{benchmark}: {hist.stat} latency per run" if width == 1 else \
+        f"{benchmark}: {hist.stat} latency, median of {width} runs per point"
+    svg_text = svg.line_chart(lines, axes, title, "us", f"{hist.stat} latency",
+                              "" if width == 1 else "p10..p90 of the runs of the point", marks=marks)
     sizes = sorted({hist.columns[c].size_bytes for c in columns})
     several = len(columns) > len(sizes)  # options vary: a button per size helps
     toggles = svg.group_toggles("sizes:", [(f"size:{s}", format_size(s)) for s in sizes]) if several else ""
@@ -79,25 +117,35 @@ def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> 
 
 
 def section(loaded: Loaded, stat: str) -> Section:
+    loaded_stat = stat
     how = text_el("p", "Each point: one run's value of a configuration (benchmark, size, ranks, backend, options), "
                   "runs in start-time order; dashed lines mark a change of MPI library. Steps: microbench history's "
                   f"change points (at least {MIN_STEP * 100:g} %, p <= {ALPHA:g}, corrected for the splits tried). "
-                  "Hover for the run and value; the buttons show and hide configurations.", class_="how")
-    names = {id(run): name for run, name in zip(loaded.table.runs, loaded.names)}
-    hist = build(loaded, stat)
+                  "Hover for the run and value; the buttons show and hide configurations."
+                  + (f" {len(loaded.order)} runs: past {MAX_POINTS} runs a point is the median of consecutive runs "
+                     "(band: their p10..p90); the steps are found on every run." if len(loaded.order) > MAX_POINTS
+                     else ""), class_="how")
+    table = loaded.table
+    names = {id(run): name for run, name in zip(table.runs, loaded.names)}
     said = []
-    if not hist.columns and stat != FALLBACK_STAT and FALLBACK_STAT in loaded.table.latency:
-        hist = build(loaded, FALLBACK_STAT)
-        said.append(f"no run has a {stat} latency; the history shows {FALLBACK_STAT}")
-    lacking = len(loaded.order) - len(hist.used_runs())
+    if not np.any(np.isfinite(table.latency[stat]) & (table.size > 0)) and stat != FALLBACK_STAT \
+            and FALLBACK_STAT in table.latency:
+        stat = FALLBACK_STAT
+        said.append(f"no run has a {loaded_stat} latency; the history shows {FALLBACK_STAT}")
+    groups, used, worse = [], set(), 0
+    drawn = set(benchmarks_in(table))
+    for benchmark, hist in histories(loaded, stat):
+        if benchmark in drawn:
+            groups.append(chart(hist, names, benchmark))
+        used |= {id(hist.runs[i]) for i in hist.used_runs()}
+        worse += sum(f.worse and not f.explained for f in hist.steps)
+    lacking = len(loaded.order) - len(used)
     if lacking > 0:
-        said.append(f"{lacking} run(s) have no {hist.stat} latency and are not in the history")
-    groups = [chart(hist, names, b) for b in benchmarks_in(loaded.table)]
+        said.append(f"{lacking} run(s) have no {stat} latency and are not in the history")
     if not any(html for html, _ in groups):
         return Section("history", "History", text_el("p", "Fewer than two runs measured any benchmark: no history.")
                        + notes(said), "", None)
     steps = sum(len(found) for _, found in groups)
-    worse = sum(f.worse and not f.explained for f in hist.steps)
     return Section("history", "History", how + notes(said) + "".join(html for html, _ in groups),
                    f"{sum(bool(h) for h, _ in groups)} benchmark(s), {steps} step(s)"
                    + (f", {worse} for the worse unexplained" if worse else ""), None if not worse else False)

@@ -1,28 +1,56 @@
-"""The results a report shows, read twice over: as the gate's table (``gate.load.load_table``, what every
-verdict, curve and history is computed from) and as whole records (``records.read_runs``, for what the
-table does not hold: the run line in full, the OMB-style rows, pairs matrices, what a record lacks).
+"""The results a report shows, read once, through the columnar reader (``results.load.load_table``): every
+verdict, curve, history and table is computed from that table.
 
-The two are matched run by run: by run id, else (a run without one) by its file and its place among the
-id-less runs of that file.
+Past ``newest`` runs the page aggregates: per configuration the median over runs with its band, the newest
+``newest`` runs individually, history points binned (``report.history``); ``Loaded.aggregation`` says what
+on the page. The only lines read a second time are those of the runs shown individually (``Loaded.shown``):
+their run line in full (options, an import's source, version mismatches: fields the reader does not keep
+for every run), their end line's reason and their result lines for the OMB-style tables (the first call's
+latency is not in the table); ``read_run`` decodes only the lines that name the run.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
-from microbench.records import Run, read_runs
-from microbench.results.columns import Table
+import msgspec
+
+from microbench.records import Run
+from microbench.results.columns import RunInfo, Table
 from microbench.results.load import load_table, run_time, unique_labels
+from microbench.results.metrics import LATENCY_STATS
+
+DEFAULT_NEWEST = 5  #: runs shown individually unless ``--newest`` says otherwise
 
 
 @dataclass
 class Loaded:
     table: Table  #: the gate's rows of the results
-    full: list[Run]  #: per table run: the run as read in full (its run line, result records, end line)
     order: list[int]  #: the table's runs with results, by start time (runs without a time last)
     names: list[str]  #: per table run: its name on the page (run id, start time)
+    newest: list[int] = field(default_factory=list)  #: the runs shown individually, in ``order``'s order
+    shown: dict[int, Run] = field(default_factory=dict)  #: run -> its lines in full, for the ``newest`` runs
+
+    def full(self, run: int) -> Run:
+        """A run's lines in full where it is shown individually, else what the table keeps of it."""
+        return self.shown.get(run) or self.table.runs[run]
+
+    @property
+    def aggregated(self) -> bool:
+        """Whether some runs are shown only through medians and counts."""
+        return len(self.newest) < len(self.order)
+
+    def aggregation(self) -> str:
+        """One sentence for the page: what it shows of every run, and what only in aggregate."""
+        if not self.aggregated:
+            return f"Every one of the {len(self.order)} run(s) is shown individually."
+        return (f"{len(self.order)} runs: figures show per configuration the median over runs of each run's value "
+                f"with its p10..p90 band over runs, and the newest {len(self.newest)} runs individually "
+                f"(--newest); the runs table and OMB-style tables list those {len(self.newest)} and count the "
+                "others; history points are medians of consecutive runs (every run counted); check, compare and "
+                "the history's steps are computed from every run.")
 
 
 def run_names(runs: list) -> list[str]:
@@ -34,29 +62,55 @@ def run_names(runs: list) -> list[str]:
     return names
 
 
-def _match(table: Table, runs: list[Run]) -> list[Run]:
-    by_id = {}
-    by_file: dict[str, list[Run]] = {}
-    for run in runs:
-        if run.run_id:
-            by_id.setdefault(run.run_id, run)
-        else:
-            by_file.setdefault(os.path.abspath(run.source), []).append(run)
-    out = []
-    for info in table.runs:
-        if info.run_id:
-            out.append(by_id.get(info.run_id) or Run(meta=info.meta, end=info.end, source=info.source))
-        else:
-            pending = by_file.get(os.path.abspath(info.source)) or []
-            out.append(pending.pop(0) if pending else Run(meta=info.meta, end=info.end, source=info.source))
-    return out
-
-
-def load(paths: Iterable[str | os.PathLike]) -> Loaded:
-    """Read the results (one UsageError line when there are none)."""
-    paths = list(paths)
-    table = load_table(paths)
-    full = _match(table, read_runs(paths))
+def load(paths: Iterable[str | os.PathLike], newest: int = DEFAULT_NEWEST,
+         stats: Iterable[str] = LATENCY_STATS) -> Loaded:
+    """Read the results (one UsageError line when there are none); ``newest``: runs shown individually;
+    ``stats``: the latency statistics kept (what the page draws and judges)."""
+    table = load_table(list(paths), stats=stats)
     used = table.used_runs()
     order = sorted(used, key=lambda i: (run_time(table.runs[i]) is None, run_time(table.runs[i]) or 0))
-    return Loaded(table, full, order, run_names(table.runs))
+    shown = order[-newest:] if newest > 0 else []
+    return Loaded(table, order, run_names(table.runs), shown, {i: read_run(table, i) for i in shown})
+
+
+_LINE = msgspec.json.Decoder(dict)
+
+
+def read_run(table: Table, run: int) -> Run:
+    """One table run's lines, read from its file: with a run id, only lines naming it are decoded; without
+    one, the file's id-less runs are matched by their place (as the table met them). What cannot be read
+    leaves the table's run line and end status."""
+    info: RunInfo = table.runs[run]
+    if not info.run_id:
+        from microbench.records import read_runs
+
+        place = sum(1 for r in table.runs[:run] if not r.run_id and r.source == info.source)
+        try:
+            idless = [r for r in read_runs([info.source]) if not r.run_id]
+        except OSError:  # a file gone since: the table's view stands
+            idless = []
+        return idless[place] if place < len(idless) else Run(info.meta, [], info.end, info.source)
+    try:
+        with open(info.source, "rb") as f:
+            data = f.read()
+    except OSError:
+        return Run(info.meta, [], info.end, info.source)
+    needle = info.run_id.encode()
+    out = Run(info.meta, [], info.end, info.source)
+    for line in data.splitlines():
+        if needle not in line:
+            continue
+        try:
+            rec = _LINE.decode(line)
+        except msgspec.DecodeError:
+            continue
+        if rec.get("run_id") != info.run_id:
+            continue
+        kind = rec.get("type")
+        if kind == "result":
+            out.results.append(rec)
+        elif kind == "run":
+            out.meta = rec
+        elif kind == "end":
+            out.end = rec
+    return out

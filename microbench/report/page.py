@@ -32,14 +32,16 @@ def summary_table(sections: list[Section]) -> str:
     return table(["part", "status"], rows, class_="summary")
 
 
-def document(title: str, inputs: list[str], sections: list[Section]) -> str:
-    """The whole page: header, summary, sections in order, style and script inline."""
+def document(title: str, inputs: list[str], sections: list[Section], shown: str = "") -> str:
+    """The whole page: header, what it shows of the runs (``shown``), summary, sections in order, style and
+    script inline."""
     css, js = asset("report.css"), asset("report.js")
     csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src {_sha256(js)}"
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
     nav = el("nav", "".join(el("a", esc(s.title), href=f"#{s.anchor}") for s in sections))
     head = (text_el("h1", title)
             + text_el("p", f"microbench {__version__} report, made {now} from {' '.join(inputs)}", class_="how")
+            + (text_el("p", shown, class_="how aggregated") if shown else "")
             + nav + summary_table(sections))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'

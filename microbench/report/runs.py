@@ -1,8 +1,15 @@
-"""The runs read: who measured what, where and under which conditions, and what their records lack."""
+"""The runs read: who measured what, where and under which conditions, and what their records lack.
+
+The newest runs (``Loaded.newest``, their lines read in full) one row and one metadata block each; the
+older ones counted from the table (statuses, host sets, libraries), with every run that did not complete
+still named (up to ``MAX_NAMED``)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+
+import numpy as np
 
 from microbench.benchmarks.table import PAIRS
 from microbench.records import Run
@@ -84,25 +91,60 @@ def _detail_rows(run: Run) -> str:
     return table(["field", "value"], rows, class_="kv")
 
 
+MAX_NAMED = 20  #: older runs that did not complete named one by one, at most
+
+
+def _older(loaded: Loaded, older: list[int]) -> str:
+    """What the runs not shown one by one were: their span, statuses, host sets and libraries."""
+    from microbench.results.load import time_span
+    from microbench.results.selection import host_set
+
+    runs = [loaded.table.runs[i] for i in older]
+    statuses = Counter((r.end or {}).get("status", "no end line") for r in runs)
+    hosts = Counter(",".join(host_set(r.meta)) or "-" for r in runs)
+    libs = Counter(_libraries(r) for r in runs)
+    lines = [f"{len(older)} older run(s), {time_span(runs)}, counted here and in the medians, history, check and "
+             "compare, not listed one by one:",
+             "status: " + ", ".join(f"{n} {s}" for s, n in statuses.most_common()),
+             "hosts: " + "; ".join(f"{h} ({n} runs)" for h, n in hosts.most_common(5)),
+             "libraries: " + "; ".join(f"{lib} ({n} runs)" for lib, n in libs.most_common(5))]
+    bad = [i for i in older if (loaded.table.runs[i].end or {}).get("status") != "complete"]
+    lines += [f"not complete: {loaded.names[i]}: {(loaded.table.runs[i].end or {}).get('status', 'no end line')}"
+              for i in bad[-MAX_NAMED:]]
+    if len(bad) > MAX_NAMED:
+        lines.append(f"and {len(bad) - MAX_NAMED} older run(s) not complete")
+    return notes(lines)
+
+
 def section(loaded: Loaded) -> Section:
-    """The table of runs, a details block per run, and what their records lack."""
-    rows, lacking, names = [], [], loaded.names
-    for i in loaded.order:
-        run, meta = loaded.full[i], loaded.full[i].meta
+    """The table of the newest runs, a details block per run, what their records lack, and the older runs
+    counted."""
+    rows, lacking, names, table_ = [], [], loaded.names, loaded.table
+    benchmarks = table_.benchmarks()
+    for i in loaded.newest:
+        run = loaded.full(i)
+        meta = run.meta
         status = (run.end or {}).get("status", "no end line")
-        benches = sorted({str(r.get("benchmark")) for r in run.results})
+        mine = table_.run == i  # the table's rows (the run's lines, if its file could not be read again)
+        benches = sorted({str(b) for b in benchmarks[mine].tolist()})
         rows.append([esc(names[i]), esc(source_tool(run)), esc(status), esc(meta.get("ranks", "-")),
                      esc(hosts_text(meta)), esc(meta.get("backend") or "-"), esc(_libraries(run)),
-                     esc(_device(meta)), esc(_conditions(meta)), esc(f"{len(run.results)}: {', '.join(benches)}")])
+                     esc(_device(meta)), esc(_conditions(meta)),
+                     esc(f"{int(np.count_nonzero(mine))}: {', '.join(benches)}")])
         lacking += [f"{names[i]} ({source_tool(run)}): no {m}" for m in missing_fields(run)]
-    incomplete = [(loaded.full[i].end or {}).get("status") != "complete" for i in loaded.order]
+    incomplete = [(loaded.full(i).end or {}).get("status") != "complete" for i in loaded.newest]
+    every_incomplete = sum((table_.runs[i].end or {}).get("status") != "complete" for i in loaded.order)
     html = table(["run", "measured by", "status", "ranks", "hosts", "backend", "libraries", "device", "conditions",
                   "results"], rows, numeric=[3], row_classes=["warn" if bad else None for bad in incomplete])
-    html += details("every run's metadata (command, versions, conditions, options, source)",
-                    "".join(text_el("h4", names[i]) + _detail_rows(loaded.full[i]) for i in loaded.order))
+    older = [i for i in loaded.order if i not in set(loaded.newest)]
+    if older:
+        html = notes([f"the newest {len(loaded.newest)} of {len(loaded.order)} runs (--newest)"]) + html \
+            + _older(loaded, older)
+    html += details("the metadata of the runs listed (command, versions, conditions, options, source)",
+                    "".join(text_el("h4", names[i]) + _detail_rows(loaded.full(i)) for i in loaded.newest))
     if lacking:
         html += text_el("h3", "What the records lack") + text_el(
             "p", "Shown as '-' in tables and left out of figures; a figure whose statistic a run lacks falls back "
                  "to avg for that run and says so.") + notes(lacking)
-    status = f"{len(loaded.order)} run(s)" + (f", {sum(incomplete)} not complete" if any(incomplete) else "")
-    return Section("runs", "Runs", html, status, None if not any(incomplete) else False)
+    status = f"{len(loaded.order)} run(s)" + (f", {every_incomplete} not complete" if every_incomplete else "")
+    return Section("runs", "Runs", html, status, None if not every_incomplete else False)

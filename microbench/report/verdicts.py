@@ -8,6 +8,8 @@ this module only lays them out. The interval glyph of a compare row draws, on a 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import Counter
 
 from microbench.gate.check import Judgement, RuleOutcome
 from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison
@@ -21,6 +23,7 @@ _VERDICT_TEXT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "n
 _BAD = {REGRESSION, UNCONFIRMED}
 _GLYPH_W, _GLYPH_H = 180, 16
 SHOW_ALL = 20  #: a rule with more rows than this shows its failures and folds its passes
+MAX_VALUES = 12  #: per-run values listed in a row; more are summarised
 
 
 def _criterion(j: Judgement) -> str:
@@ -31,16 +34,30 @@ def _criterion(j: Judgement) -> str:
     return {"require_check": "data check", "min_runs": "runs"}.get(j.criterion, j.criterion)
 
 
+def _values_text(j: Judgement) -> str:
+    """The per-run values of a judgement; past ``MAX_VALUES`` runs counted (check states) or summarised
+    (smallest, median, largest) with the last ``MAX_VALUES`` in run order, so that a row does not grow with
+    the runs."""
+    if j.criterion == "require_check":
+        texts = [str(v or "off") for v in j.values]
+        if len(texts) <= MAX_VALUES:
+            return ", ".join(texts)
+        return f"{len(texts)} runs: " + ", ".join(f"{n} {v}" for v, n in Counter(texts).most_common())
+    texts = [num(v) if isinstance(v, (int, float)) or v is None else str(v) for v in j.values]
+    numbers = sorted(v for v in j.values if isinstance(v, (int, float)) and v == v)
+    if len(texts) <= MAX_VALUES or not numbers:
+        return ", ".join(texts) or "-"
+    return (f"{len(texts)} runs: smallest {num(numbers[0])}, median {num(statistics.median(numbers))}, largest "
+            f"{num(numbers[-1])}; the last {MAX_VALUES}: " + ", ".join(texts[-MAX_VALUES:]))
+
+
 def _judgement_row(j: Judgement, shown: list[str]) -> list[str]:
     k = j.key
     unit = f" {UNITS[j.metric]}" if j.metric else ""
     op = "<=" if j.criterion.startswith("max") else ">="
     allowed = f"{op} {num(j.allowed)}{unit}" if j.allowed is not None else (
         "pass" if j.criterion == "require_check" else f">= {j.limit}" if j.limit is not None else "-")
-    if j.criterion == "require_check":
-        values = ", ".join(str(v or "off") for v in j.values)
-    else:
-        values = ", ".join(num(v) if isinstance(v, (int, float)) or v is None else str(v) for v in j.values) or "-"
+    values = _values_text(j)
     return [esc(k.benchmark), esc(format_size(k.size_bytes) if k.size_bytes else "-"), esc(k.get("ranks")),
             esc(k.get("backend")), esc(keys.describe_options(k, shown)), esc(_criterion(j)), esc(len(j.run_ids)),
             esc(values), esc(f"{num(j.value)}{unit}" if j.value is not None else "-"), esc(allowed),

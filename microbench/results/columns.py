@@ -6,9 +6,10 @@ index into ``configs``, each a ``keys.ConfigKey`` that includes the size), the s
 (``requested``, -1 when the record does not say), the latency statistics read (``latency[stat]``, us, NaN
 when absent), the bandwidth inputs (``algbw_bytes``, ``busbw_factor``) and the recorded bandwidths (GB/s),
 the rank skew (``stragglers.skew``),
-and the data-check state (``check``, an index into ``check_states``). Pairs-test matrices and outliers
-are kept for their few rows only (``extras``). A run is a ``RunInfo``: its run line's report fields and
-end status. Nothing is one Python dictionary per record.
+and the data-check state (``check``, an index into ``check_states``). The overlap figures of the
+non-blocking records are numbers too, kept for their rows only (``overlap_row`` and ``overlap``). Pairs-test
+matrices and outliers are kept for their few rows only (``extras``). A run is a ``RunInfo``: its run line's
+report fields and end status. Nothing is one Python dictionary per record.
 """
 
 from __future__ import annotations
@@ -19,8 +20,35 @@ from typing import Any
 import numpy as np
 
 from microbench.results.keys import ConfigKey
-from microbench.results.metrics import OUTLIERS, OVERLAP, SKEW, metric_value
+from microbench.results.metrics import OUTLIERS, OVERLAP, SKEW
 from microbench.records import Run
+
+
+#: The overlap figures read from a non-blocking record's ``overlap.overlap_pct`` (%), by column name: OMB's
+#: avg/min/max across ranks and its formula on medians (``p50_based``), IMB's avg/min/max across ranks.
+OVERLAP_FIELDS = {"omb_avg": ("omb", "avg"), "omb_min": ("omb", "min"), "omb_max": ("omb", "max"),
+                  "omb_p50": ("omb", "p50_based"), "imb_avg": ("imb", "avg"), "imb_min": ("imb", "min"),
+                  "imb_max": ("imb", "max")}
+#: The overlap column a spec's overlap statistic reads (``metrics.metric_value``'s choice).
+OVERLAP_STAT_COLUMN = {"avg": "omb_avg", "min": "omb_min", "max": "omb_max", "p50": "omb_p50"}
+
+
+def overlap_numbers(block: object) -> list[float]:
+    """The ``OVERLAP_FIELDS`` of one record's decoded ``overlap`` block, NaN where absent or not a number."""
+    try:  # the usual block, every figure a float: read directly (hundreds of thousands of rows a decade)
+        omb, imb = block["overlap_pct"]["omb"], block["overlap_pct"]["imb"]
+        out = [omb["avg"], omb["min"], omb["max"], omb["p50_based"], imb["avg"], imb["min"], imb["max"]]
+        if all(type(v) is float for v in out):
+            return out
+    except (KeyError, TypeError):
+        pass
+    pct = block.get("overlap_pct") if isinstance(block, dict) else None
+    out = []
+    for family, stat in OVERLAP_FIELDS.values():
+        found = pct.get(family) if isinstance(pct, dict) else None
+        value = found.get(stat) if isinstance(found, dict) else None
+        out.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan)
+    return out
 
 
 @dataclass
@@ -49,6 +77,8 @@ class Table:
     check: np.ndarray  #: int16 per row: index into check_states
     check_states: list  #: the distinct ``check`` values (None, "pass", "fail", ...)
     extras: dict[int, dict] = field(default_factory=dict)  #: row -> pairs fields (matrix, labels, outliers)
+    overlap_row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  #: rows with overlap
+    overlap: dict[str, np.ndarray] = field(default_factory=dict)  #: OVERLAP_FIELDS name -> % per overlap_row
     _computed: dict = field(default_factory=dict, repr=False)  #: (metric, stat) -> values(), computed once
 
     def __len__(self) -> int:
@@ -87,11 +117,11 @@ class Table:
     def _values(self, metric: str, stat: str | None) -> np.ndarray:
         if metric == SKEW:
             return self.skew
-        if metric == OVERLAP:  # from the non-blocking records' decoded ``overlap`` blocks
+        if metric == OVERLAP:  # OMB's overlap of the non-blocking records (metric_value's choice of field)
             out = np.full(len(self), np.nan)
-            for row, extra in self.extras.items():
-                value = metric_value(extra, OVERLAP, stat) if "overlap" in extra else None
-                out[row] = np.nan if value is None else value
+            column = OVERLAP_STAT_COLUMN.get(stat or "")
+            if column is not None and len(self.overlap_row):
+                out[self.overlap_row] = self.overlap[column]
             return out
         if metric == OUTLIERS:
             out = np.full(len(self), np.nan)
@@ -112,6 +142,16 @@ class Table:
             return np.where(usable, computed, recorded)
         return np.where(usable, computed, np.nan)
 
+    def take(self, rows: np.ndarray) -> "Table":
+        """A table of ``rows`` only (sorted row indices), sharing runs and configurations; pairs fields and
+        overlap figures are left out (for tools that follow latency and bandwidth)."""
+        return Table(runs=self.runs, configs=self.configs, run=self.run[rows], config=self.config[rows],
+                     size=self.size[rows], requested=self.requested[rows],
+                     latency={s: a[rows] for s, a in self.latency.items()}, algbw_bytes=self.algbw_bytes[rows],
+                     busbw_factor=self.busbw_factor[rows], algbw_gbps=self.algbw_gbps[rows],
+                     busbw_gbps=self.busbw_gbps[rows], skew=self.skew[rows], check=self.check[rows],
+                     check_states=self.check_states)
+
     def record(self, row: int) -> dict[str, Any]:
         """One row as a record-like dictionary (its configuration, statistics and pairs fields)."""
         key = self.configs[self.config[row]]
@@ -120,6 +160,13 @@ class Table:
         rec["check"] = self.check_states[self.check[row]]
         rec["run_id"] = self.runs[self.run[row]].run_id
         rec.update(self.extras.get(row, {}))
+        at = np.searchsorted(self.overlap_row, row)
+        if at < len(self.overlap_row) and self.overlap_row[at] == row:
+            pct: dict = {}
+            for name, (family, stat) in OVERLAP_FIELDS.items():
+                if np.isfinite(self.overlap[name][at]):
+                    pct.setdefault(family, {})[stat] = float(self.overlap[name][at])
+            rec["overlap"] = {"overlap_pct": pct}
         return rec
 
 

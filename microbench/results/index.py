@@ -42,7 +42,7 @@ from microbench.results.parts import FilePart, PartMaker
 from microbench.results.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
 
-FORMAT = 4  #: the entry layout; entries of another layout, schema or set of key fields are never read
+FORMAT = 5  #: the entry layout (5: overlap_pct only); entries of another layout, schema or key fields are never read
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers

@@ -165,4 +165,6 @@ def _pairs_fields(rec) -> dict:
     for name in ("matrix_unit", "unit"):
         if getattr(rec, name) is not None:
             out[name] = getattr(rec, name)
+    if isinstance(out.get("overlap"), dict):  # of a non-blocking record's block, only the figures read
+        out["overlap"] = {"overlap_pct": out["overlap"].get("overlap_pct")}
     return out
