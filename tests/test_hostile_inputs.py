@@ -132,3 +132,29 @@ def test_json_output_is_strict():
     assert json.loads(out.getvalue()) == {"a": None, "b": [1.5, None], "c": "x"}
     assert "Infinity" not in out.getvalue() and "NaN" not in out.getvalue()
     assert printable("a\x1b[2Jb\tc\nd\x9b") == "a\\x1b[2Jb\tc\nd\\x9b"
+
+
+@pytest.mark.parametrize("change, shown", [
+    (lambda r: r.update(size_bytes=10**30), "size_bytes is '1000000000000000000000000000000'"),
+    (lambda r: r.update(size_bytes="8"), "size_bytes is '8'"),
+    (lambda r: r.update(ranks=0), "ranks is '0'"),
+    (lambda r: r.update(busbw_gbps=-1.0), "busbw_gbps is -1.0"),
+])
+def test_impossible_sizes_and_figures_are_refused(change, shown, good, tmp_path):
+    recs = records(good)
+    change(recs[2])
+    bad = write(tmp_path / "foreign-bad.jsonl", recs)
+    proc = microbench("check", str(bad), "--spec", spec(tmp_path), timeout=HANG, env={"MICROBENCH_INDEX": "off"})
+    assert proc.returncode == 2 and f"microbench: error: {bad}:3: {shown}: not a possible result" in proc.stderr, \
+        proc.output
+
+
+def test_lines_that_cannot_be_decoded_are_skipped_with_their_place(good, tmp_path):
+    lines = good.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b"allreduce", b"allre\xffduce")  # invalid UTF-8
+    deep = b'{"type":"result","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    bad = tmp_path / "foreign-undecodable.jsonl"
+    bad.write_bytes(b"\n".join(lines[:-1] + [deep, b""]))
+    proc = microbench("history", str(bad), "-m", "16:64", timeout=HANG, env={"MICROBENCH_INDEX": "off"})
+    assert proc.returncode == 0, proc.output
+    assert f"{bad}:2" in proc.stderr and f"{bad}:{len(lines)}" in proc.stderr and "Traceback" not in proc.output

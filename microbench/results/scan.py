@@ -136,7 +136,7 @@ def decode_file(path: Path, stats: tuple[str, ...] = LATENCY_STATS) -> Decoded:
     foreign = 0
     try:
         lines = decoder.decode_lines(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # a bad line (invalid UTF-8, 100k deep)
         lines, bad, foreign = _decode_one_by_one(decoder, data)
     records = [line for line in lines if line.type in RECORD_TYPES]
     for index, rec in enumerate(lines):
@@ -145,8 +145,9 @@ def decode_file(path: Path, stats: tuple[str, ...] = LATENCY_STATS) -> Decoded:
         elif rec.type == "result":
             problem = impossible_value(rec, stats)
             if problem:
-                raise UsageError(f"{path}:{_line_number(data, rec, index, bad)}: {problem}: a result must hold "
-                                 f"finite, non-negative figures (docs/records.md); refused, nothing judged")
+                raise UsageError(f"{path}:{_line_number(data, rec, index, bad)}: {problem}: not a possible result "
+                                 f"(docs/records.md: figures finite and non-negative, sizes and ranks whole numbers); "
+                                 f"refused, nothing judged")
     return Decoded(records, bad, foreign + len(lines) - len(records), len(data))
 
 
@@ -155,7 +156,12 @@ _NON_NEGATIVE = ("algbw_gbps", "busbw_gbps", "algbw_bytes", "busbw_factor")
 
 
 def impossible_value(rec, stats: tuple[str, ...]) -> str | None:
-    """What makes a decoded result impossible (a negative or non-finite latency or bandwidth), or None."""
+    """What makes a decoded result impossible (a negative or non-finite latency or bandwidth, a size or rank count
+    that is not a whole number from 1 to 2^62), or None."""
+    for name in ("size_bytes", "ranks"):
+        value = getattr(rec, name)
+        if value is not None and (type(value) is not int or not 1 <= value <= 1 << 62):
+            return f"{name} is {str(value)[:40]!r}"
     lat = rec.latency_us
     for stat in stats if lat is not None else ():
         value = getattr(lat, stat)
@@ -190,7 +196,7 @@ def _decode_one_by_one(decoder, data: bytes) -> tuple[list, list[int], int]:
             out.append(decoder.decode(line))
         except msgspec.ValidationError:
             foreign += 1
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             bad.append(lineno)
     return out, bad, foreign
 
