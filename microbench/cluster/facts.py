@@ -85,3 +85,28 @@ def mem_available_bytes() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):  # pragma: no cover
         return None
+
+
+def fork_workers(variable: str, limit: int) -> int:
+    """How many forked worker processes a tool may start: ``$variable`` if set (a whole number of at least 1),
+    else the CPUs this process may run on, at most ``limit``; 1 where fork is not available or not safe (this
+    process runs more than one thread)."""
+    import multiprocessing
+    import threading
+
+    from microbench.errors import UsageError
+
+    text = os.environ.get(variable, "").strip()
+    if text:
+        try:
+            chosen = int(text)
+        except ValueError:
+            chosen = 0
+        if chosen < 1:
+            raise UsageError(f"{variable}={text!r}: expected a whole number of at least 1")
+    else:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        chosen = min(cpus, limit)
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    return chosen

@@ -12,12 +12,10 @@ is raised in the command as it would be without workers.
 from __future__ import annotations
 
 import multiprocessing
-import os
-import threading
 from pathlib import Path
 from typing import Callable
 
-from microbench.errors import UsageError
+from microbench.cluster.facts import fork_workers
 
 MAX_WORKERS = 4
 PARALLEL_FROM = 4  #: figures to draw that start the workers
@@ -28,21 +26,8 @@ _jobs: list[Callable[[], Path | None]] = []
 def draw_workers(jobs: int) -> int:
     """Worker processes for ``jobs`` figures: ``$MICROBENCH_DRAW_WORKERS``, else the CPUs this process may
     use (at most ``MAX_WORKERS``); 1 for a few figures or where fork is not available or not safe."""
-    text = os.environ.get("MICROBENCH_DRAW_WORKERS", "").strip()
-    if text:
-        try:
-            chosen = int(text)
-        except ValueError:
-            chosen = 0
-        if chosen < 1:
-            raise UsageError(f"MICROBENCH_DRAW_WORKERS={text!r}: expected a whole number of at least 1")
-    else:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        chosen = min(cpus, MAX_WORKERS)
-    if jobs < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods() \
-            or threading.active_count() > 1:
-        return 1
-    return min(chosen, jobs)
+    chosen = fork_workers("MICROBENCH_DRAW_WORKERS", MAX_WORKERS)
+    return 1 if jobs < PARALLEL_FROM else min(chosen, jobs)
 
 
 def _run(index: int) -> Path | None:

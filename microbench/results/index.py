@@ -27,7 +27,6 @@ import hashlib
 import multiprocessing
 import os
 import tempfile
-import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from typing import Iterable, Iterator
 
 import msgspec
 
-from microbench.errors import UsageError
+from microbench.cluster.facts import fork_workers
 from microbench.results.keys import KEY_FIELDS
 from microbench.results.parts import FilePart, PartMaker
 from microbench.results.scan import ScanNotes, decode_file
@@ -66,20 +65,7 @@ def index_dir() -> Path | None:
 def read_workers() -> int:
     """Worker processes for decoding: ``$MICROBENCH_READ_WORKERS``, else the CPUs this process may use
     (at most ``MAX_WORKERS``); 1 when fork is not available or not safe (more than one thread)."""
-    text = os.environ.get("MICROBENCH_READ_WORKERS", "").strip()
-    if text:
-        try:
-            chosen = int(text)
-        except ValueError:
-            chosen = 0
-        if chosen < 1:
-            raise UsageError(f"MICROBENCH_READ_WORKERS={text!r}: expected a whole number of at least 1")
-    else:
-        chosen = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                     MAX_WORKERS)
-    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
-        return 1
-    return chosen
+    return fork_workers("MICROBENCH_READ_WORKERS", MAX_WORKERS)
 
 
 def stamp_of(path: Path) -> list[int]:
