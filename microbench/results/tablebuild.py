@@ -66,7 +66,7 @@ class TableBuilder:
             if run_id in self.seen_ids:
                 return -1
             self.seen_ids.add(run_id)
-        if meta and not self.selection.admits(meta):
+        if not self.selection.admits(meta):  # a run without a run line is outside any selection
             return -1
         self.runs.append(RunInfo(meta=meta, source=source, end=end, result_time=result_time))
         return len(self.runs) - 1
