@@ -11,8 +11,6 @@ See scripts/specs/ for examples.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
@@ -20,6 +18,7 @@ from microbench.gate import junit
 from microbench.gate.check import RuleOutcome, evaluate
 from microbench.gate.spec import Spec, load_spec
 from microbench.gate.text import num, render
+from microbench.records.jsonout import dump_strict
 from microbench.results import keys
 from microbench.results import selection as select
 from microbench.results.columns import RunInfo
@@ -65,8 +64,7 @@ def main(args) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write JUnit XML to {args.junit}: {exc.strerror or exc}") from None
     if args.json:
-        json.dump(as_json(spec, runs, outcomes, args.results), sys.stdout, indent=1)
-        print()
+        dump_strict(as_json(spec, runs, outcomes, args.results))
     else:
         print("\n".join(report_lines(spec, runs, outcomes, args.failures_only)))
     return 0 if all(o.passed for o in outcomes) else 1

@@ -3,7 +3,8 @@
 Files are found and opened as every reader does (``records.files``: regular files below folders, each once,
 a size cap, a leading byte-order mark dropped). An unparsable line (a truncated last line, say) is skipped
 unless ``strict``; a run line whose schema is not one this reader knows, and a record whose fields break the
-schema where a reader relies on them (``check_record``), are refused, naming the file and line.
+schema where a reader relies on them (``check_record``), are refused, naming the file and line. Control
+characters in strings are replaced (``errors.clean``): what a file holds must not drive the terminal.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Iterable
 
 import msgspec
 
-from microbench.errors import UsageError, printable
+from microbench.errors import UsageError, clean, printable
 from microbench.records.build import SCHEMA_VERSION
 from microbench.records.files import find_jsonl, read_capped
 
@@ -100,7 +101,7 @@ def read_runs(paths: Iterable[str | os.PathLike], strict: bool = False) -> list[
                 continue
             try:
                 rec = msgspec.json.decode(line)
-            except UnicodeDecodeError as exc:
+            except UnicodeDecodeError:
                 raise UsageError(f"{path}:{lineno}: not UTF-8 text") from None
             except RecursionError:
                 raise UsageError(f"{path}:{lineno}: JSON nested too deeply to be a record") from None
@@ -110,6 +111,8 @@ def read_runs(paths: Iterable[str | os.PathLike], strict: bool = False) -> list[
                 continue
             if not isinstance(rec, dict):
                 continue
+            if b"\\u00" in line or b"\xc2" in line or b"\x7f" in line:  # maybe a control character to replace
+                rec = clean(rec)
             kind = rec.get("type")
             if kind in ("run", "result", "end"):
                 problem = check_record(rec)

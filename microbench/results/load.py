@@ -51,7 +51,7 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     table = builder.table()
     lines = notes.lines() + selection.notes() + mixture_notes([r.meta for r in table.runs])
     for line in lines:
-        print(f"# note: {what}: {line}", file=sys.stderr)
+        print(f"# note: {what}: {printable(line)}", file=sys.stderr)
     if not len(table):
         raise UsageError(f"no result records in {what} ({', '.join(map(str, paths))})"
                          + (f" within the selection ({selection.describe()})" if selection.describe() else ""))

@@ -90,6 +90,7 @@ class ScanNotes:
     bytes: int = 0
     cached: int = 0  #: files whose part came from the index
     skipped_files: list[str] = field(default_factory=list)  #: 'PATH (why)' of names passed over below folders
+    index_refused: str = ""  #: why the index folder was not used (``index.unsafe_reason``)
 
     def add(self, path: Path, bad_lines: list[int], foreign: int, size: int) -> None:
         self.files += 1
@@ -99,7 +100,7 @@ class ScanNotes:
             self.foreign[str(path)] = foreign
 
     def lines(self) -> list[str]:
-        out = []
+        out = [self.index_refused] if self.index_refused else []
         if self.skipped_files:
             shown = ", ".join(self.skipped_files[:5]) + (" ..." if len(self.skipped_files) > 5 else "")
             out.append(f"skipped {len(self.skipped_files)} name(s) that are not regular files: {shown}")
@@ -166,7 +167,7 @@ def _decode_one_by_one(decoder, data: bytes, path: Path) -> tuple[list, list[int
             continue
         try:
             rec = decoder.decode(line)
-        except UnicodeDecodeError as exc:
+        except UnicodeDecodeError:
             raise UsageError(f"{path}:{lineno}: not UTF-8 text") from None
         except RecursionError:
             raise UsageError(f"{path}:{lineno}: JSON nested too deeply to be a record") from None
