@@ -15,7 +15,6 @@ import traceback
 from microbench import __version__
 from microbench.cluster import launch
 from microbench.errors import RunError, UsageError
-from microbench.printing import Printable
 
 #: verb -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> int, and its
 #: ``HELP`` (else its docstring) is the verb's --help text; ``args._argv`` holds the command's arguments as
@@ -32,10 +31,6 @@ VERBS = {
     "report": ("microbench.report.cli", "one self-contained HTML page of results, verdicts and history"),
     "info": ("microbench.cluster.info_cli", "what this machine, MPI and torch offer"),
 }
-
-
-#: verbs that print what files hold (host names, MPI strings, run ids): their output has control characters escaped
-PRINTS_FROM_FILES = ("workload", "check", "compare", "history", "import", "plot", "report")
 
 
 class Parser(argparse.ArgumentParser):
@@ -131,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
             _collective_usage_error(argv, exc)
             raise
         args._argv = argv
-        if args.verb in PRINTS_FROM_FILES:  # strings from records reach the terminal: no control sequences
-            sys.stdout, sys.stderr = Printable(sys.stdout), Printable(sys.stderr)
         return int(args._module.main(args) or 0)
     except (UsageError, RunError) as exc:
         if launch.is_rank0():

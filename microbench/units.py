@@ -16,17 +16,20 @@ import re
 from microbench.errors import UsageError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+#: matched against the stripped text with fullmatch: one run of spaces, so linear time on any input
+_SIZE_RE = re.compile(r"(\d{1,20})\s*([KMGT]?)(I?B)?", re.IGNORECASE)
+_SHOWN = 40  #: characters of a bad size echoed in the error
 
 #: Largest size the grammar accepts (1 TiB); memory checks reject what cannot fit.
 MAX_SIZE_BYTES = 1 << 40
 
 
 def parse_size(text: str) -> int:
-    """Parse one size such as ``8``, ``4K`` or ``1MiB`` into bytes."""
-    m = _SIZE_RE.match(text)
+    """Parse one size such as ``8``, ``4K`` or ``1MiB`` into bytes (time linear in the text's length)."""
+    m = _SIZE_RE.fullmatch(text.strip())
     if not m:
-        raise UsageError(f"bad size {text!r}: expected a whole number of bytes with an optional K, M, G or T suffix")
+        shown = text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
+        raise UsageError(f"bad size {shown!r}: expected a whole number of bytes with an optional K, M, G or T suffix")
     value = int(m.group(1)) * _UNITS[m.group(2).upper()]
     if value < 1:
         raise UsageError(f"bad size {text!r}: sizes start at 1 byte")
@@ -47,7 +50,7 @@ def parse_sizes(text: str) -> list[int]:
             lo = parse_size(lo_text) if lo_text.strip() else 1
             hi = parse_size(hi_text)
             if lo > hi:
-                raise UsageError(f"bad size range {part!r}: MIN ({lo} B) is larger than MAX ({hi} B)")
+                raise UsageError(f"bad size range {part[:2 * _SHOWN]!r}: MIN ({lo} B) is larger than MAX ({hi} B)")
             size = lo
             while size <= hi:
                 sizes.add(size)

@@ -1,160 +1,319 @@
-"""Results files from anywhere: the reading verbs end with a clear error or a true result, never hang, never write
-outside the folder asked for, never judge impossible values (docs/records.md; shared/reviews/hostile-input.md).
+"""Hostile inputs to every verb that reads files (docs: shared review "hostile inputs"): each case asserts the
+exact error shape (one ``microbench: error: FILE:LINE: ...`` line, exit 2) or the clean result, and bounds.
 
-Each command runs under a timeout far below what a hang would take (a two-link loop walked 2^40 paths; a FIFO
-blocked forever), so a hang fails the test rather than the run."""
+Bounds: every command runs with a wall-clock limit (``LIMIT_S``: a hang or a quadratic blow-up fails the test;
+this is a guard, not a performance threshold, which the project keeps out of tests) and reports its own peak
+resident memory, which must stay under a bound derived from the option that caps the input (the trace
+reader's ``MAX_ELEMENT_BYTES``, ``MICROBENCH_MAX_FILE_BYTES``). Inputs are named ``foreign-*`` so that the
+session's schema check leaves them alone.
+"""
 
 from __future__ import annotations
 
-import io
+import gzip
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_process
+from fixtures.gate.synth import pairs_result, private_index, result, run_line, write_run
 
-from conftest import microbench
+from microbench.results.load import load_table
+from microbench.workload.traces.jsonread import MAX_ELEMENT_BYTES
 
-HANG = 60  #: seconds: every command here ends in a few; one that hangs is killed and fails the test
-SPEC = '[[rule]]\nbenchmark = "allreduce"\nsizes = "8:64"\nmax_latency_us = 100000\n'
+LIMIT_S = 60  #: wall-clock limit of one command (the inputs below took minutes, or forever, before)
+BASE_RSS = 400 << 20  #: a verb's own peak resident memory with numpy, msgspec and matplotlib loaded (bytes)
+SPEC = '[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 50\n'
 
-
-@pytest.fixture(scope="module")
-def good(tmp_path_factory) -> Path:
-    """A real 2-rank run's records."""
-    folder = tmp_path_factory.mktemp("good")
-    out = folder / "good.jsonl"
-    proc = microbench("run", "--np", "2", "allreduce", "-m", "8:64", "-i", "20", "--out", str(out), timeout=120)
-    assert proc.returncode == 0, proc.output
-    return out
-
-
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+_WRAPPER = ("import atexit, os, resource, runpy, sys\n"
+            "atexit.register(lambda: open(os.environ['HOSTILE_RSS'], 'w').write("
+            "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+            "sys.argv = ['microbench', *sys.argv[1:]]\n"
+            "runpy.run_module('microbench', run_name='__main__', alter_sys=True)\n")
 
 
-def write(path: Path, recs: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+@pytest.fixture(autouse=True)
+def _index(tmp_path_factory, monkeypatch):
+    private_index(tmp_path_factory, monkeypatch)
+
+
+def mb(tmp_path: Path, *args: str, env: dict | None = None, rss_bound: int = BASE_RSS):
+    """``microbench ARGS`` in a subprocess limited to LIMIT_S; asserts its peak RSS stays under ``rss_bound``."""
+    rss_file = tmp_path / f"rss-{len(list(tmp_path.glob('rss-*')))}"
+    args = [os.path.relpath(a, tmp_path) if isinstance(a, Path) else str(a) for a in args]  # messages name FILE
+    done = run_process([sys.executable, "-c", _WRAPPER, *args], timeout=LIMIT_S,
+                       env={"HOSTILE_RSS": str(rss_file), "MPLCONFIGDIR": str(tmp_path / "mpl"), **(env or {})},
+                       cwd=tmp_path)
+    peak = int(rss_file.read_text()) * 1024  # ru_maxrss is in KiB on Linux
+    assert peak < rss_bound, f"peak RSS {peak >> 20} MiB over the bound {rss_bound >> 20} MiB"
+    return done
+
+
+def one_error(done, pattern: str) -> None:
+    """Exit 2 and exactly one stderr line (notes aside): ``microbench: error: `` then ``pattern``."""
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("# note:")]
+    assert done.returncode == 2, done.output
+    assert len(errors) == 1 and re.fullmatch(f"microbench: error: {pattern}", errors[0]), done.stderr
+
+
+def lines_file(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
-def spec(tmp_path: Path) -> str:
-    (tmp_path / "spec.toml").write_text(SPEC)
-    return str(tmp_path / "spec.toml")
+def good_run(run_id: str = "run0", p50: float = 10.0, **meta) -> list[dict]:
+    return [run_line(run_id, **meta), *[result("allreduce", s, p50, run_id=run_id) for s in (8, 64)],
+            {"type": "end", "run_id": run_id, "status": "complete", "reason": "", "results": 2}]
 
 
-def test_a_folder_with_link_loops_fifos_and_devices_is_read_once_and_the_rest_noted(good, tmp_path):
+@pytest.fixture
+def spec(tmp_path) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC)
+    return path
+
+
+# ------------------------------------------------------------------ finding and opening files (F2, F3, F16)
+def test_two_links_to_the_folder_itself_are_followed_once(tmp_path, spec):
     folder = tmp_path / "d"
     folder.mkdir()
-    (folder / "good.jsonl").write_bytes(good.read_bytes())
-    os.symlink(".", folder / "a")
-    os.symlink(".", folder / "b")
-    os.mkfifo(folder / "pipe.jsonl")
-    os.symlink("/dev/zero", folder / "zero.jsonl")
-    (folder / "sub.jsonl").mkdir()
-    env = {"MICROBENCH_INDEX": str(tmp_path / "index")}
-    for verb in (["check", str(folder), "--spec", spec(tmp_path)], ["history", str(folder)],
-                 ["report", str(folder), "-o", str(tmp_path / "r.html")]):
-        proc = microbench(*verb, timeout=HANG, env=env)
-        assert proc.returncode == 0, proc.output
-        for name, kind in (("pipe.jsonl", "a FIFO"), ("zero.jsonl", "a character device"), ("sub.jsonl", "a folder")):
-            assert f"skipped {folder / name}: not a regular file ({kind})" in proc.stderr, (verb[0], proc.stderr)
-    check = microbench("check", str(folder), "--spec", spec(tmp_path), timeout=HANG, env=env)
-    assert "1 run" in check.stdout.replace("1 run(s)", "1 run"), check.stdout  # the good file once, not 3 times
+    lines_file(folder / "foreign-good.jsonl", good_run())
+    (folder / "a").symlink_to(".")
+    (folder / "b").symlink_to(".")
+    done = mb(tmp_path, "check", folder, "--spec", spec)
+    assert done.returncode == 0 and "-> PASS" in done.stdout, done.output
 
 
-def test_plot_writes_only_inside_its_folder_whatever_the_run_id(tmp_path):
-    out = tmp_path / "pairs.jsonl"
-    proc = microbench("run", "--np", "2", "pairs", "-m", "8", "-i", "5", "--out", str(out), timeout=120)
-    assert proc.returncode == 0, proc.output
-    recs = records(out)
-    for r in recs:
-        if "run_id" in r:
-            r["run_id"] = "x/../../ESCAPED"
-    evil = write(tmp_path / "evil.jsonl", recs)
-    plots = tmp_path / "a" / "plots"
-    proc = microbench("plot", str(evil), "-o", str(plots), "--svg", timeout=HANG, cwd=tmp_path)
-    assert proc.returncode == 0, proc.output
-    written = {p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.suffix in (".png", ".svg")}
-    assert written and all(p.parts[:2] == ("a", "plots") and len(p.parts) == 3 for p in written), written
-    assert not (tmp_path / "ESCAPED.png").exists()
+def test_fifo_device_and_folder_named_jsonl_are_skipped_with_a_note(tmp_path, spec):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    lines_file(folder / "foreign-good.jsonl", good_run())
+    os.mkfifo(folder / "foreign-pipe.jsonl")
+    (folder / "foreign-zero.jsonl").symlink_to("/dev/zero")
+    for verb in (["check", folder, "--spec", spec], ["report", folder, "-o", tmp_path / "r.html"]):
+        done = mb(tmp_path, *verb)
+        assert done.returncode == 0, done.output
+        assert "skipped 2 name(s) that are not regular files" in done.stderr or verb[0] == "report", done.stderr
 
 
-@pytest.mark.parametrize("verb", ["check", "compare", "history", "plot"])
-def test_negative_latencies_are_refused_naming_file_and_line(verb, good, tmp_path):
-    recs = records(good)
-    for r in recs:
-        if r["type"] == "result":
-            r["latency_us"] = {k: -abs(v) if isinstance(v, float) else v for k, v in r["latency_us"].items()}
-    bad = write(tmp_path / "foreign-neg.jsonl", recs)  # foreign-: deliberately against the schema
-    args = {"check": ["check", str(bad), "--spec", spec(tmp_path)],
-            "compare": ["compare", "--baseline", str(good), "--new", str(bad)],
-            "history": ["history", str(bad)], "plot": ["plot", str(bad), "-o", str(tmp_path / "p")]}[verb]
-    proc = microbench(*args, timeout=HANG, env={"MICROBENCH_INDEX": "off"})
-    assert proc.returncode == 2, proc.output
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"microbench: error: {bad}:2: latency_us."), proc.stderr
-    assert "PASS" not in proc.stdout
+def test_a_file_over_the_size_cap_is_one_error(tmp_path, spec):
+    path = lines_file(tmp_path / "foreign-big.jsonl", good_run())
+    done = mb(tmp_path, "check", path, "--spec", spec, env={"MICROBENCH_MAX_FILE_BYTES": "1000"})
+    one_error(done, re.escape(f"{path.name}: larger than 1000 bytes") + ".*MICROBENCH_MAX_FILE_BYTES.*")
 
 
-def test_the_same_run_id_twice(good, tmp_path):
-    copy = write(tmp_path / "copy.jsonl", records(good))
-    recs = records(good)
-    for r in recs:
-        if r["type"] == "result":
-            r["latency_us"] = {k: v * 100 if isinstance(v, float) else v for k, v in r["latency_us"].items()}
-    edited = write(tmp_path / "edited.jsonl", recs)
-    env = {"MICROBENCH_INDEX": "off"}
-    same = microbench("history", str(good), str(copy), timeout=HANG, env=env)
-    assert same.returncode == 0 and "1 run(s)" in same.stdout, same.output  # an identical copy counts once
-    for order in ((good, edited), (edited, good)):  # the verdict no longer depends on the order
-        proc = microbench("check", *map(str, order), "--spec", spec(tmp_path), timeout=HANG, env=env)
-        assert proc.returncode == 2, proc.output
-        assert f"is in {order[0]} and in {order[1]} with different results" in proc.stderr
+# ------------------------------------------------------------------ values as the schema says (F4, F6, F7, F13)
+def records_with(**change) -> list[dict]:
+    recs = good_run()
+    recs[1] = {**recs[1], **change}
+    return recs
 
 
-def test_control_characters_from_records_never_reach_the_terminal(good, tmp_path):
-    recs = records(good)
-    recs[0]["mpi"]["library_version"] = "\x1b]0;owned\x07\x1b[2J\x1b[31mFAKE: all rules PASS\x1b[0m"
-    bad = write(tmp_path / "esc.jsonl", recs)
-    for args in (["history", str(bad)], ["check", str(bad), "--spec", spec(tmp_path)]):
-        proc = microbench(*args, timeout=HANG, env={"MICROBENCH_INDEX": "off"})
-        assert proc.returncode == 0, proc.output
-        assert "\x1b" not in proc.output and "\x07" not in proc.output
-    assert "\\x1b[2J" in microbench("history", str(bad), timeout=HANG, env={"MICROBENCH_INDEX": "off"}).stdout
+@pytest.mark.parametrize("change,pattern", [
+    ({"latency_us": {"avg": -1.0, "p50": -1.0}}, r"a result record that breaks the schema: .*>= 0.*latency_us.*"),
+    ({"latency_us": {"p50": 0.5, "avg": "x"}}, r"a result record that breaks the schema: .*latency_us.*"),
+    ({"size_bytes": 10 ** 30}, r"a result record that breaks the schema: .*size_bytes.*"),
+    ({"size_bytes": "8"}, r"a result record that breaks the schema: Expected `int.*size_bytes.*"),
+    ({"ranks": "two"}, r"a result record that breaks the schema: .*ranks.*"),
+    ({"run_id": {"a": 1}}, r"a result record that breaks the schema: .*run_id.*"),
+], ids=["negative", "string", "huge-size", "string-size", "string-ranks", "object-id"])
+def test_a_record_that_breaks_the_schema_is_refused_naming_file_and_line(tmp_path, spec, change, pattern):
+    path = lines_file(tmp_path / "foreign-bad.jsonl", records_with(**change))
+    for verb in (["check", path, "--spec", spec], ["compare", "--baseline", path, "--new", path],
+                 ["history", path], ["plot", path, "-o", tmp_path / "plots"]):
+        one_error(mb(tmp_path, *verb), re.escape(f"{path.name}:2: ") + pattern)
 
 
-def test_json_output_is_strict():
-    from microbench.printing import dump_json, printable
-
-    out = io.StringIO()
-    dump_json({"a": float("inf"), "b": [1.5, float("nan")], "c": "x"}, out)
-    assert json.loads(out.getvalue()) == {"a": None, "b": [1.5, None], "c": "x"}
-    assert "Infinity" not in out.getvalue() and "NaN" not in out.getvalue()
-    assert printable("a\x1b[2Jb\tc\nd\x9b") == "a\\x1b[2Jb\tc\nd\\x9b"
-
-
-@pytest.mark.parametrize("change, shown", [
-    (lambda r: r.update(size_bytes=10**30), "size_bytes is '1000000000000000000000000000000'"),
-    (lambda r: r.update(size_bytes="8"), "size_bytes is '8'"),
-    (lambda r: r.update(ranks=0), "ranks is '0'"),
-    (lambda r: r.update(busbw_gbps=-1.0), "busbw_gbps is -1.0"),
-])
-def test_impossible_sizes_and_figures_are_refused(change, shown, good, tmp_path):
-    recs = records(good)
-    change(recs[2])
-    bad = write(tmp_path / "foreign-bad.jsonl", recs)
-    proc = microbench("check", str(bad), "--spec", spec(tmp_path), timeout=HANG, env={"MICROBENCH_INDEX": "off"})
-    assert proc.returncode == 2 and f"microbench: error: {bad}:3: {shown}: not a possible result" in proc.stderr, \
-        proc.output
+def test_invalid_utf8_and_deep_nesting_name_the_line(tmp_path, spec):
+    recs = good_run(hosts=["vXm"])
+    data = "".join(json.dumps(r) + "\n" for r in recs).encode().replace(b"vXm", b"v\xffm")
+    bad = tmp_path / "foreign-u.jsonl"
+    bad.write_bytes(data)
+    for verb in (["check", bad, "--spec", spec], ["report", bad, "-o", tmp_path / "r.html"]):
+        one_error(mb(tmp_path, *verb), re.escape(f"{bad.name}:1: not UTF-8 text"))
+    deep = tmp_path / "foreign-deep.jsonl"
+    deep.write_text(json.dumps(good_run()[0]) + "\n" + '{"type": "result", "x": ' + "[" * 100_000 + "]" * 100_000
+                    + "}\n")
+    for verb in (["check", deep, "--spec", spec], ["report", deep, "-o", tmp_path / "r.html"]):
+        one_error(mb(tmp_path, *verb), re.escape(f"{deep.name}:2: JSON nested too deeply to be a record"))
 
 
-def test_lines_that_cannot_be_decoded_are_skipped_with_their_place(good, tmp_path):
-    lines = good.read_bytes().split(b"\n")
-    lines[1] = lines[1].replace(b"allreduce", b"allre\xffduce")  # invalid UTF-8
-    deep = b'{"type":"result","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    bad = tmp_path / "foreign-undecodable.jsonl"
-    bad.write_bytes(b"\n".join(lines[:-1] + [deep, b""]))
-    proc = microbench("history", str(bad), "-m", "16:64", timeout=HANG, env={"MICROBENCH_INDEX": "off"})
-    assert proc.returncode == 0, proc.output
-    assert f"{bad}:2" in proc.stderr and f"{bad}:{len(lines)}" in proc.stderr and "Traceback" not in proc.output
+def test_schema_is_checked_on_the_raw_line_first(tmp_path, spec):
+    recs = good_run()
+    recs[0] = {**recs[0], "schema": 2, "time_utc": 1764021351}
+    path = lines_file(tmp_path / "foreign-s2.jsonl", recs)
+    one_error(mb(tmp_path, "check", path, "--spec", spec),
+              re.escape(f"{path.name}:1: record schema 2 is newer than this microbench reads (1)") + ".*")
+    recs[0] = {**recs[0], "schema": "1", "time_utc": "2026-11-22T07:00:00Z"}
+    lines_file(path, recs)
+    one_error(mb(tmp_path, "check", path, "--spec", spec),
+              re.escape(f"{path.name}: record schema '1' is not a schema version") + ".*")
+
+
+def test_results_without_a_run_line_are_outside_a_selection_and_a_bom_is_read(tmp_path, spec):
+    orphans = lines_file(tmp_path / "foreign-orphans.jsonl", good_run()[1:3])
+    done = mb(tmp_path, "check", orphans, "--spec", spec, "--hosts", "otherhost")
+    one_error(done, re.escape(f"no result records in results ({orphans.name}) within the selection") + ".*")
+    assert "1 without a readable run line" in done.stderr
+    bom = tmp_path / "foreign-bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in good_run()).encode())
+    done = mb(tmp_path, "check", bom, "--spec", spec, "--hosts", "otherhost")
+    one_error(done, re.escape(f"no result records in results ({bom.name}) within the selection") + ".*")
+    assert "1 on hosts h0" in done.stderr and "unreadable" not in done.stderr
+    done = mb(tmp_path, "check", bom, "--spec", spec, "--hosts", "h0")
+    assert done.returncode == 0 and "-> PASS" in done.stdout, done.output
+
+
+# ------------------------------------------------------------------ the same run id in two files (F5)
+def test_identical_copies_count_once_and_different_ones_are_an_error(tmp_path, spec):
+    a = lines_file(tmp_path / "foreign-a.jsonl", good_run(p50=10.0))
+    a2 = lines_file(tmp_path / "foreign-a2.jsonl", good_run(p50=10.0))
+    b = lines_file(tmp_path / "foreign-b.jsonl", good_run(p50=1000.0))
+    assert len(load_table([a, a2]).runs) == 1
+    done = mb(tmp_path, "check", a, a2, "--spec", spec)
+    assert done.returncode == 0 and "-> PASS" in done.stdout, done.output
+    for first, second in ((a, b), (b, a)):
+        one_error(mb(tmp_path, "check", first, second, "--spec", spec),
+                  re.escape(f"run 'run0' is in {first.name} and in {second.name} with different contents; ") + ".*")
+
+
+# ------------------------------------------------------------------ output paths (F1)
+def test_pairs_heatmap_names_from_data_stay_inside_the_output_folder(tmp_path):
+    rec = {**pairs_result(), "run_id": "x/../../ESCAPED"}
+    path = tmp_path / "foreign-evil.jsonl"
+    write_run(path, [rec], run_id="x/../../ESCAPED")
+    out = tmp_path / "deep" / "plots"
+    done = mb(tmp_path, "plot", path, "-o", out, "--svg")
+    assert done.returncode == 0, done.output
+    written = [Path(line.split("wrote ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("wrote ")]
+    assert written and all((tmp_path / w).resolve().parent == out.resolve() for w in written), written
+    assert not list(tmp_path.rglob("ESCAPED*"))
+
+
+# ------------------------------------------------------------------ terminal and --json (F14, F15)
+def test_control_characters_in_records_never_reach_the_terminal(tmp_path, spec):
+    evil = "\x1b[2J\x1b[31mFAKE: all rules PASS\x1b[0m\x1b]0;owned\x07\x9b"
+    path = lines_file(tmp_path / "foreign-ansi.jsonl", good_run(library=evil + " Open MPI", hosts=["h" + evil])
+                      + good_run("run1"))
+    for verb in (["check", path, "--spec", spec], ["check", path, "--spec", spec, "--hosts", "x"], ["history", path]):
+        done = mb(tmp_path, *verb)
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", done.stdout + done.stderr), done.output
+
+
+def test_json_output_is_strict_json(tmp_path):
+    recs = [r if r["type"] != "result" else {**r, "latency_us": {k: 1.7e308 for k in r["latency_us"]}}
+            for r in good_run()]
+    path = lines_file(tmp_path / "foreign-huge.jsonl", recs + [{**r, "run_id": "run1"} for r in recs])
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    for verb in (["history", path, "--json"], ["compare", "--baseline", path, "--new", path, "--json"]):
+        done = mb(tmp_path, *verb)
+        assert done.returncode in (0, 1), done.output
+        json.loads(done.stdout, parse_constant=refuse)
+
+
+def test_an_index_folder_others_may_write_to_is_not_used(tmp_path, spec):
+    folder = tmp_path / "shared-index"
+    folder.mkdir()
+    folder.chmod(0o777)
+    path = lines_file(tmp_path / "foreign-good.jsonl", good_run())
+    done = mb(tmp_path, "check", path, "--spec", spec, env={"MICROBENCH_INDEX": str(folder)})
+    assert done.returncode == 0 and f"index folder {folder} not used (others may write to it)" in done.stderr
+    assert not list(folder.iterdir())
+
+
+# ------------------------------------------------------------------ imports (F4, F12, F13)
+OMB_HEAD = "# OSU MPI Allreduce Latency Test v7.4\n# Size  Avg Latency(us)\n"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5.0", "1e400"])
+def test_an_import_refuses_impossible_values_and_writes_nothing(tmp_path, value):
+    log = tmp_path / "omb.log"
+    log.write_text(OMB_HEAD + f"8  {value}\n")
+    out = tmp_path / "foreign-out.jsonl"
+    one_error(mb(tmp_path, "import", "omb", log, "--ranks", "2", "--out", out),
+              re.escape(f"{log.name}:3: latency avg ") + r"\S+ us is not a finite number of at least 0; nothing imported")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("doc,pattern", [
+    ({"config": [1], "results": [], "args": ["all_reduce_perf"]}, r"unexpected value \(AttributeError: .*"),
+    ({"config": {"devices": [{}]}, "results": [{"size": "big"}], "args": ["all_reduce_perf"]},
+     r"results\[0\]: unexpected value \(ValueError: .*"),
+], ids=["config-list", "size-string"])
+def test_nccl_json_of_unexpected_types_is_one_error(tmp_path, doc, pattern):
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "foreign-out.jsonl"
+    one_error(mb(tmp_path, "import", "nccl-tests", path, "--out", out), re.escape(f"{path.name}: ") + pattern)
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ specs, sizes, traces, skew (F9, F10, F11, F8)
+@pytest.mark.parametrize("text,pattern", [
+    ("a = " + "[" * 5000 + "]" * 5000 + "\n", r"{name}: spec nested too deeply.*"),
+    ('[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 50\nruns = ["median"]\n',
+     r"spec {name}: rule 1 \(allreduce\): runs must be one of best, median, all \(got \['median'\]\)"),
+    ("a = \xff\n", r"{name}:1: spec is not UTF-8 text"),
+    ('[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 50\nsizes = "1' + " " * 200_000 + 'x:8"\n',
+     r"spec {name}: rule 1 \(allreduce\): sizes: bad size '1 {{39}}\.\.\. \(200002 characters\)'.*"),
+], ids=["deep", "runs-list", "utf8", "redos-sizes"])
+def test_hostile_specs_are_one_line_in_bounded_time(tmp_path, text, pattern):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    path = lines_file(tmp_path / "foreign-good.jsonl", good_run())
+    done = mb(tmp_path, "check", path, "--spec", bad)
+    one_error(done, pattern.format(name=re.escape(bad.name)))
+    assert len(done.stderr) < 400
+
+
+def test_one_huge_trace_element_is_refused_in_bounded_memory(tmp_path):
+    blocks = (4 * MAX_ELEMENT_BYTES) // (1 << 20)
+    path = tmp_path / "array.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [{"ph": "X", "name": "x", "args": {"a": [')
+        for _ in range(blocks):
+            f.write(b"0," * (1 << 19))
+        f.write(b'0]}}]}')
+    done = mb(tmp_path, "workload", "--trace", path, rss_bound=BASE_RSS + 8 * MAX_ELEMENT_BYTES)
+    one_error(done, re.escape(f"cannot read trace {path.name}: one JSON element holds more than {MAX_ELEMENT_BYTES} bytes")
+              + ".*")
+
+
+def test_a_run_of_backslashes_in_a_trace_is_linear(tmp_path):
+    path = tmp_path / "bs.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [{"ph": "X", "name": "')
+        for _ in range(128):  # 128 MiB of backslashes: 95 s with a quadratic guard
+            f.write(b"\\" * (1 << 20))
+        f.write(b'"}]}')
+    done = mb(tmp_path, "workload", "--trace", path, rss_bound=BASE_RSS + 8 * MAX_ELEMENT_BYTES)
+    one_error(done, re.escape(f"cannot read trace {path.name}: one JSON element holds more than") + ".*")
+
+
+def test_the_depth_guard_carries_one_byte_at_most():
+    from microbench.workload.traces.jsondepth import DepthGuard
+
+    guard = DepthGuard(64, "x")
+    for _ in range(64):
+        guard.feed(b"\\" * 1001)
+        assert len(guard.carry) <= 1
+    guard.feed(b'"')  # 64 x 1001 backslashes: an even run, so this quote opens a string
+    assert guard.in_string
+
+
+def test_a_failing_skew_rule_reads_each_file_once(tmp_path):
+    skewed = {"slowest": {"rank": 0, "host": "h\x1b[2J", "mean_us": "x"}, "fastest": {"rank": 1, "host": "h",
+              "mean_us": 1.0}, "skew": 50.0}
+    path = tmp_path / "foreign-skew.jsonl"
+    for i in range(100):
+        write_run(path, [result("allreduce", 8, 10.0, stragglers=skewed)], run_id=f"r{i}")
+    spec = tmp_path / "skew.toml"
+    spec.write_text('[[rule]]\nbenchmark = "allreduce"\nmax_rank_skew = 2\n')
+    done = mb(tmp_path, "check", path, "--spec", spec)
+    assert done.returncode == 1 and "slowest rank 0 on h?[2J (? us)" in done.stdout, done.output

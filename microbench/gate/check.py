@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from microbench.errors import printable
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.text import size_text
 from microbench.results.columns import Table
@@ -225,28 +226,62 @@ def _skewed_ranks(table: Table, by_run: RunGroups) -> str:
     seen = []
     for rows in by_run.groups():
         for block in straggler_blocks(table, rows):
-            text = ", ".join(f"{side} rank {block[side]['rank']} on {block[side]['host']} "
-                             f"({block[side]['mean_us']:.4g} us)" for side in ("slowest", "fastest") if side in block)
-            odd = [f"{o['label']} ({o['side']})" for o in block.get("outliers") or ()]
+            text = ", ".join(filter(None, (_side_text(block, side) for side in ("slowest", "fastest"))))
+            odd = [f"{printable(str(o.get('label')))} ({printable(str(o.get('side')))})"
+                   for o in block.get("outliers") or () if isinstance(o, dict)]
             text += f", standing out: {', '.join(odd)}" if odd else ""
             if text and text not in seen:
                 seen.append(text)
     return f"; {'; '.join(seen[:4])}{' ...' if len(seen) > 4 else ''}" if seen else ""
 
 
-def straggler_blocks(table: Table, rows: np.ndarray) -> list[dict]:
-    """The ``stragglers`` blocks of the records behind ``rows``, read from their runs' files."""
-    from microbench.records import read_runs
-    from microbench.results import keys
+def _side_text(block: dict, side: str) -> str:
+    """``slowest rank 3 on n01 (120 us)`` from a stragglers block ('' when the block lacks that side); values
+    of an unexpected type are shown as they are, control characters replaced."""
+    part = block.get(side)
+    if not isinstance(part, dict):
+        return ""
+    mean = part.get("mean_us")
+    mean_text = f"{mean:.4g}" if isinstance(mean, (int, float)) and not isinstance(mean, bool) else "?"
+    return f"{side} rank {printable(str(part.get('rank')))} on {printable(str(part.get('host')))} ({mean_text} us)"
 
+
+class StragglerIndex:
+    """The ``stragglers`` blocks of the files behind a table, each file read once (by ``records.read_runs``)
+    and its blocks indexed by (run id, configuration)."""
+
+    def __init__(self):
+        self.files: dict[str, dict[tuple, list[dict]]] = {}
+
+    def blocks(self, source: str, run_id: str | None, wanted: ConfigKey) -> list[dict]:
+        if source not in self.files:
+            from microbench.records import read_runs
+            from microbench.results import keys
+
+            index: dict[tuple, list[dict]] = {}
+            for found in read_runs([source]):
+                for r in found.results:
+                    if isinstance(r.get("stragglers"), dict):
+                        index.setdefault((found.run_id, keys.config_key(r)), []).append(r["stragglers"])
+            self.files[source] = index
+        return self.files[source].get((run_id, wanted), [])
+
+
+_STRAGGLERS: dict[int, tuple[Table, StragglerIndex]] = {}  #: id(table) -> (table, its index); the latest only
+
+
+def straggler_blocks(table: Table, rows: np.ndarray) -> list[dict]:
+    """The ``stragglers`` blocks of the records behind ``rows``, read from their runs' files (each file once
+    per table)."""
+    held = _STRAGGLERS.get(id(table))
+    if held is None or held[0] is not table:
+        _STRAGGLERS.clear()
+        held = _STRAGGLERS[id(table)] = (table, StragglerIndex())
+    index = held[1]
     out = []
     for row in rows.tolist():
         run = table.runs[table.run[row]]
-        wanted = table.configs[table.config[row]]
-        for found in read_runs([run.source]):
-            if found.run_id == run.run_id:
-                out += [r["stragglers"] for r in found.results
-                        if isinstance(r.get("stragglers"), dict) and keys.config_key(r) == wanted]
+        out += index.blocks(run.source, run.run_id, table.configs[table.config[row]])
     return out
 
 

@@ -14,11 +14,11 @@ import argparse
 
 from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
-from microbench.printing import dump_json
 from microbench.gate import junit
 from microbench.gate.check import RuleOutcome, evaluate
 from microbench.gate.spec import Spec, load_spec
 from microbench.gate.text import num, render
+from microbench.records.jsonout import dump_strict
 from microbench.results import keys
 from microbench.results import selection as select
 from microbench.results.columns import RunInfo
@@ -64,7 +64,7 @@ def main(args) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write JUnit XML to {args.junit}: {exc.strerror or exc}") from None
     if args.json:
-        dump_json(as_json(spec, runs, outcomes, args.results))
+        dump_strict(as_json(spec, runs, outcomes, args.results))
     else:
         print("\n".join(report_lines(spec, runs, outcomes, args.failures_only)))
     return 0 if all(o.passed for o in outcomes) else 1

@@ -18,9 +18,9 @@ import argparse
 import numpy as np
 
 from microbench.errors import UsageError
-from microbench.printing import dump_json
 from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare
 from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, geometric_means, report_lines
+from microbench.records.jsonout import dump_strict
 from microbench.results import selection as select_runs
 from microbench.results.columns import RunInfo, Table
 from microbench.results.load import benchmark_names, load_table, run_time
@@ -120,7 +120,7 @@ def main(args) -> int:
     used = select(baseline_table) & (window if window is not None else True)
     baseline = [baseline_table.runs[i] for i in baseline_table.used_runs(np.flatnonzero(used))]
     if args.json:
-        dump_json(as_json(result, baseline, new_table.runs, args, code))
+        dump_strict(as_json(result, baseline, new_table.runs, args, code))
     else:
         print("\n".join(report_lines(result, baseline, new_table.runs, args, code)))
     return code

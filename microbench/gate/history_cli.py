@@ -15,10 +15,10 @@ import argparse
 import sys
 
 from microbench.errors import UsageError
-from microbench.printing import dump_json
 from microbench.gate import history
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.text import num, render
+from microbench.records.jsonout import dump_strict
 from microbench.results import keys
 from microbench.results import selection as select
 from microbench.results.columns import RunInfo
@@ -73,7 +73,7 @@ def main(args) -> int:
     failing = [f for f in hist.steps if f.worse and not f.explained]
     code = 1 if args.fail_on_step and failing else 0
     if args.json:
-        dump_json(as_json(hist, args, code))
+        dump_strict(as_json(hist, args, code))
     else:
         print("\n".join(report_lines(hist) + step_lines(hist, args, code)))
     if args.figure:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,15 @@ from microbench.errors import UsageError
 from microbench.results import keys
 from microbench.results.load import benchmark_names
 from microbench.results.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
+from microbench.records.files import read_capped
 from microbench.units import format_size, parse_sizes
 
 try:  # Python 3.11+
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+MAX_SPEC_BYTES = 64 << 20  #: a larger spec file is refused (10,000 rules take about 1 MB)
 
 #: threshold key -> (metric, bound): "max" means the value must not exceed the limit.
 THRESHOLDS = {
@@ -146,15 +150,23 @@ class Spec:
 def load_spec(path: str | os.PathLike) -> Spec:
     """Read and validate a spec file; every problem is one UsageError line naming the file."""
     p = Path(path)
+    if not p.exists():
+        raise UsageError(f"no such spec file: {p}")
+    raw = read_capped(p, MAX_SPEC_BYTES)
     try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"no such spec file: {p}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read spec {p}: {exc}") from None
+        data = tomllib.loads(raw.decode())
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{p}:{line}: spec is not UTF-8 text") from None
+    except RecursionError:
+        raise UsageError(f"{p}: spec nested too deeply (a spec is a few tables of rules)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"spec {p}: not valid TOML: {exc}") from None
-    return parse_spec(data, str(p))
+        line = re.search(r"at line (\d+)", str(exc))
+        raise UsageError(f"{p}:{line.group(1) if line else 1}: spec is not valid TOML: {exc}") from None
+    try:
+        return parse_spec(data, str(p))
+    except (TypeError, ValueError, RecursionError) as exc:  # a value of a type no check above expects
+        raise UsageError(f"spec {p}: a value of an unexpected type ({type(exc).__name__}: {exc})") from None
 
 
 def parse_spec(data: dict, source: str = "<spec>") -> Spec:
@@ -220,13 +232,13 @@ def _parse_rule(index: int, merged: dict, raw: dict, spec_fail) -> Rule:
             fail(f"{name} must be a positive number (got {limit!r})")
         thresholds.append(Threshold(name, metric, bound, float(limit)))
     stat = merged.get("stat")
-    if stat is not None and stat not in LATENCY_STATS:
+    if stat is not None and (not isinstance(stat, str) or stat not in LATENCY_STATS):
         fail(f"unknown stat {stat!r}: choose from {', '.join(LATENCY_STATS)}")
     tolerance = merged.get("tolerance", 0.0)
     if not _is_number(tolerance) or not 0 <= tolerance < 1:
         fail(f"tolerance must be a fraction from 0 up to 1, e.g. 0.1 for 10 % (got {tolerance!r})")
     runs = merged.get("runs", "median")
-    if runs not in RUNS_MODES:
+    if not isinstance(runs, str) or runs not in RUNS_MODES:
         fail(f"runs must be one of {', '.join(RUNS_MODES)} (got {runs!r})")
     min_runs = merged.get("min_runs", 1)
     if not isinstance(min_runs, int) or isinstance(min_runs, bool) or min_runs < 1:

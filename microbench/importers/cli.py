@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,8 +22,10 @@ from pathlib import Path
 from microbench.errors import UsageError
 from microbench.importers import nccl_tests, nccl_text, omb
 from microbench.importers import to_records as build
-from microbench.importers.parsed import ToolRun
+from microbench.importers.parsed import ToolRun, row_problem
 from microbench.records import Output, read_runs
+from microbench.records.files import read_capped
+from microbench.records.reader import check_record
 from microbench.results.load import parse_time
 
 
@@ -71,12 +74,14 @@ def main(args) -> int:
 
 
 def _read(path: str) -> str:
+    if not Path(path).exists():
+        raise UsageError(f"no such file: {path}")
+    data = read_capped(Path(path))
     try:
-        return Path(path).read_text()
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text") from None
 
 
 def _parse(args, text: str, path: str) -> tuple[list[ToolRun], list[str]]:
@@ -102,15 +107,39 @@ def _set_time(run: ToolRun, when: str | None, path: str) -> None:
     run.time_utc = stamp.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _records(runs: list[tuple[ToolRun, str]]) -> list[tuple[ToolRun, list[dict]]]:
+    """Every run's records, each checked (values in range, finite, strict JSON) before any is written: a
+    failed import leaves nothing behind."""
+    out = []
+    for run, digest in runs:
+        for row in run.rows:
+            problem = row_problem(row)
+            if problem:
+                raise UsageError(f"{run.file}:{row.line}: {problem}; nothing imported")
+        records = build.imported_records(run, digest)
+        for rec in records:
+            problem = check_record(rec)
+            line = rec.get("source", {}).get("line", run.first_line)
+            if problem:
+                raise UsageError(f"{run.file}:{line}: {problem}; nothing imported")
+            try:
+                json.dumps(rec, allow_nan=False)
+            except ValueError:
+                raise UsageError(f"{run.file}:{line}: a value that is not a finite number (NaN or infinite); "
+                                 "nothing imported") from None
+        out.append((run, records))
+    return out
+
+
 def _write(runs: list[tuple[ToolRun, str]], out: str) -> None:
+    checked = _records(runs)
     present = {r.run_id for r in read_runs([out])} if Path(out).is_file() else set()
     try:
         output = Output(out)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:
-        for run, digest in runs:
-            records = build.imported_records(run, digest)
+        for run, records in checked:
             where = f"{run.file}:{run.first_line}"
             if records[0]["run_id"] in present:
                 print(f"microbench: note: {where}: already in {out} (run {records[0]['run_id']}); not written again",

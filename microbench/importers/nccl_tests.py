@@ -23,7 +23,7 @@ import shlex
 
 from microbench.benchmarks.dtypes import DTYPES
 from microbench.errors import UsageError
-from microbench.importers.parsed import Row, ToolRun
+from microbench.importers.parsed import Row, ToolRun, where
 
 BENCHMARKS = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
               "broadcast": "broadcast", "reduce": "reduce", "alltoall": "alltoall"}
@@ -127,9 +127,22 @@ def rows_from(benchmark: str, ranks: int | None, meta: dict, halves: list[tuple[
 def parse_json(text: str, path: str, ranks: int | None, benchmark: str | None, args: str | None) -> ToolRun:
     """One nccl-tests JSON file (``-J``) as a tool run."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UsageError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: JSON nested too deeply to be an nccl-tests file") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    with where(path):
+        return _parse_doc(doc, path, ranks, benchmark, args)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number this import takes (NaN and infinities are refused)")
+
+
+def _parse_doc(doc, path: str, ranks: int | None, benchmark: str | None, args: str | None) -> ToolRun:
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list) or "config" not in doc:
         raise UsageError(f"{path}: not an nccl-tests JSON file (no config and results)")
     argv = [str(a) for a in doc.get("args") or []] or shlex.split(args or "")
@@ -159,8 +172,9 @@ def parse_json(text: str, path: str, ranks: int | None, benchmark: str | None, a
         halves = [(key == "in_place", _json_half(item.get(key), item.get(f"{key}_per_iter")))
                   for key in ("out_of_place", "in_place") if isinstance(item.get(key), dict)]
         meta = {k: item.get(k) for k in ("size", "count", "type", "redop", "root")}
-        for row in rows_from(bench, run.ranks, meta, halves, index, stat, f"{path}: results[{index}]"):
-            run.add(row)
+        with where(f"{path}: results[{index}]"):
+            for row in rows_from(bench, run.ranks, meta, halves, index, stat, f"{path}: results[{index}]"):
+                run.add(row)
     for row in run.rows:
         row.iterations, row.warmup = config.get("iterations"), config.get("warmup_iters")
     run.complete = "end_time" in doc and bool(run.rows)

@@ -7,7 +7,7 @@ import shlex
 
 from microbench.errors import UsageError
 from microbench.importers import nccl_tests as nt
-from microbench.importers.parsed import ToolRun
+from microbench.importers.parsed import ToolRun, where
 
 
 class TextReader:
@@ -135,7 +135,8 @@ def parse_text(text: str, path: str, ranks: int | None, benchmark: str | None, a
     """Every nccl-tests run in a text log (several runs may follow each other)."""
     reader = TextReader(path, ranks, benchmark, args)
     for lineno, raw in enumerate(text.splitlines(), 1):
-        reader.feed(raw.rstrip(), lineno)
+        with where(f"{path}:{lineno}"):
+            reader.feed(raw.rstrip(), lineno)
     runs = reader.finish()
     if not runs:
         raise UsageError(f"{path}: no nccl-tests run found (no '# nThread ...' line)")

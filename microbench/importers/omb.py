@@ -21,7 +21,7 @@ import shlex
 from microbench.benchmarks.dtypes import DTYPES, get_dtype
 from microbench.benchmarks.table import COLLECTIVES
 from microbench.errors import UsageError
-from microbench.importers.parsed import Row, ToolRun
+from microbench.importers.parsed import Row, ToolRun, where
 from microbench.units import parse_sizes
 
 #: OMB title (without "OSU MPI" and " Test") -> (microbench benchmark, the MPI call OMB times)
@@ -109,7 +109,8 @@ def parse(text: str, path: str, ranks: int | None, args: str | None) -> tuple[li
             else:
                 runs.append(section.run)
         elif section is not None and section.run is not None:
-            section.feed(line, lineno)
+            with where(f"{path}:{lineno}"):
+                section.feed(line, lineno)
     for run in runs:
         _finish(run, options)
     return runs, notes

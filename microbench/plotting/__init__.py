@@ -6,9 +6,7 @@ build its command line) costs nothing.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from pathlib import Path
 
 from microbench.errors import UsageError
@@ -23,24 +21,6 @@ def check_path(path: str | os.PathLike) -> Path:
     if p.suffix.lower() not in FORMATS:
         raise UsageError(f"cannot write a figure to {p}: the name must end in .png or .svg")
     return p
-
-
-def file_name(text: str) -> str:
-    """A name made from data (a run id, a metric) that is safe as one file name: letters, digits, ``_.-`` kept,
-    anything else replaced, with a short hash of the original when something was replaced (so two ids never
-    collide); never ``.`` or ``..``."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", str(text))[:64].strip(".") or "_"
-    if safe != str(text):
-        safe += "-" + hashlib.sha256(str(text).encode()).hexdigest()[:8]
-    return safe
-
-
-def inside(folder: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """``path``, which must lie inside ``folder`` once both are resolved (a UsageError otherwise)."""
-    p, top = Path(path).resolve(), Path(folder).resolve()
-    if p != top and top not in p.parents:
-        raise UsageError(f"refusing to write {path}: outside the output folder {folder}")
-    return Path(path)
 
 
 def new_figure(width_in: float, height_in: float):

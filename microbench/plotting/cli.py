@@ -22,8 +22,7 @@ from pathlib import Path
 
 from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
-from microbench.plotting import file_name, inside
-from microbench.plotting.heatmap import heatmap
+from microbench.plotting.heatmap import heatmap, safe_name
 from microbench.plotting.parallel import draw_all
 from microbench.results import selection as select
 from microbench.results.metrics import LATENCY_STATS
@@ -106,10 +105,10 @@ def pairs_jobs(table, out_dir: Path, svg: bool) -> list:
         what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
         title = f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} ({res['run_id']})"
         cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
-        stem = f"pairs-{file_name(res['metric'])}-{file_name(res['run_id'])}"
+        stem = safe_name(f"pairs-{res['metric']}-{res['run_id']}")
         for suffix in (".png", ".svg") if svg else (".png",):
             jobs.append(partial(heatmap, res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
-                                inside(out_dir, out_dir / f"{stem}{suffix}"), outliers=cells))
+                                out_dir / f"{stem}{suffix}", outliers=cells, out_dir=out_dir))
     return jobs
 
 

@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
+from microbench.errors import UsageError
 from microbench.plotting import check_path, new_figure, save
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_MAX_NAME = 120  #: characters of a file name made from data (before the suffix)
+
+
+def safe_name(text: str) -> str:
+    """A file name made from data (a run id, a metric): letters, digits, ``_``, ``.`` and ``-`` only, no
+    leading dot, at most ``_MAX_NAME`` characters; where anything was changed, 8 hex digits of the text's
+    SHA-1 are added so that two different ids never share a name."""
+    name = _UNSAFE.sub("_", text).lstrip(".") or "_"
+    if name != text or len(name) > _MAX_NAME:
+        name = f"{name[:_MAX_NAME - 9]}-{hashlib.sha1(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
+    return name
+
+
+def inside(folder: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """``path``, after checking that it resolves (links followed) to a place inside ``folder``."""
+    base, target = Path(folder).resolve(), Path(path).resolve()
+    if not target.is_relative_to(base):
+        raise UsageError(f"refusing to write {path}: it is outside the output folder {folder}")
+    return Path(path)
 
 _ANNOTATE_UP_TO = 24  #: cells are annotated with their values up to this N
 _OUTLIER_COLOUR = "#d62728"
@@ -18,14 +42,16 @@ def _fmt(value: float) -> str:
 
 
 def heatmap(matrix: Sequence[Sequence[float | None]], labels: Sequence[str], title: str, unit: str,
-            path: str | os.PathLike, outliers: Sequence[tuple[int, int]] = ()) -> Path:
+            path: str | os.PathLike, outliers: Sequence[tuple[int, int]] = (),
+            out_dir: str | os.PathLike | None = None) -> Path:
     """Draw ``matrix`` (row i, column j; None = no value, e.g. the diagonal) and write PNG or SVG by suffix.
 
     ``labels`` name the rows and columns (length N); ``unit`` labels the colour bar; ``outliers`` are
     (row, column) cells framed in red. Values are annotated in the cells up to N = 24.
-    Raises ValueError when the matrix is not N x N or an outlier lies outside it.
+    Raises ValueError when the matrix is not N x N or an outlier lies outside it, and UsageError when
+    ``out_dir`` is given and ``path`` is not inside it.
     """
-    path = check_path(path)
+    path = check_path(path if out_dir is None else inside(out_dir, path))
     n = len(labels)
     if len(matrix) != n or any(len(row) != n for row in matrix):
         raise ValueError(f"heatmap needs an N x N matrix with N = len(labels) = {n}")

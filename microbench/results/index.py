@@ -9,7 +9,9 @@ reader never sees half an entry; an unreadable or foreign entry is ignored and r
 
 Where: ``$MICROBENCH_INDEX`` (a folder), else ``$XDG_CACHE_HOME/microbench/index`` (``~/.cache/...``);
 ``MICROBENCH_INDEX=off`` reads the JSONL files every time. A folder that cannot be written to is
-skipped silently: the tools then read the JSONL files, as they would without an index.
+skipped silently: the tools then read the JSONL files, as they would without an index. A folder that other
+users may write to (writable by group or others, or owned by another user) is not
+used, with a note: an entry planted there would stand in for a file's results.
 
 Decoding is the cold read's cost (about 6 s of CPU per GB of JSONL even with msgspec skipping what it does
 not need, then the part is built and written). When ``PARALLEL_FROM`` or more files are left to read and one
@@ -41,7 +43,7 @@ from microbench.results.parts import FilePart, PartMaker
 from microbench.results.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
 
-FORMAT = 5  #: the entry layout (5: overlap_pct only); entries of another layout, schema or key fields are never read
+FORMAT = 6  #: the entry layout (6: overlap_pct only, strings cleaned); entries of another layout, schema or key fields are never read
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers
@@ -60,6 +62,19 @@ def index_dir() -> Path | None:
         return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "microbench" / "index"
+
+
+def unsafe_reason(folder: Path) -> str | None:
+    """Why an existing index folder must not be trusted (None when it is this user's alone, or absent)."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None  # created on the first write, with this user's umask
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return "it belongs to another user"
+    if st.st_mode & 0o022:  # even with the sticky bit: others could create an entry before this user does
+        return "others may write to it"
+    return None
 
 
 def read_workers() -> int:
@@ -105,6 +120,10 @@ class PartReader:
         self.notes = notes
         self.maker = PartMaker()
         self.folder = index_dir()
+        reason = unsafe_reason(self.folder) if self.folder is not None else None
+        if reason:
+            notes.index_refused = f"index folder {self.folder} not used ({reason}): read the JSONL files"
+            self.folder = None
         self.writable = self.folder is not None
 
     def parts(self, paths: Iterable[Path]) -> Iterator[tuple[Path, FilePart]]:

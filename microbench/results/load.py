@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import hashlib
 import os
 import sys
 from typing import Callable, Iterable
 
-from microbench.errors import UsageError
+import msgspec
+import numpy as np
+
+from microbench.errors import UsageError, printable
 from microbench.results.columns import RunInfo, Table
 from microbench.results.keys import ConfigKey
 from microbench.results.metrics import LATENCY_STATS
 from microbench.results.index import PartReader
+from microbench.results.parts import NUMBERS, PART_STATS, FilePart
 from microbench.results.scan import ScanNotes, jsonl_paths
 from microbench.results.selection import Selection, mixture_notes
 from microbench.results.tablebuild import TableBuilder
@@ -26,7 +31,9 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     latency statistics ``stats`` are kept; ``selection`` (host set, backend, MPI) leaves runs
     out, ``keep`` configurations. What was skipped (unreadable lines, other tools' lines, runs outside
     the selection) and a mix of host sets or MPI libraries are noted on stderr, one line each, prefixed
-    with ``what``. No result row at all is a usage error naming ``what`` (e.g. "baseline").
+    with ``what``. No result row at all is a usage error naming ``what`` (e.g. "baseline"). A run id met
+    twice counts once when both copies are the same (a file copied into another folder); copies that differ
+    are a usage error naming both files.
     """
     paths = list(paths)
     notes = ScanNotes()
@@ -35,18 +42,63 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     reader = PartReader(notes)
     gc.disable()  # decoded records hold no cycles; the collector would walk every one of them again and again
     try:
+        copies = RunCopies()
         for path, part in reader.parts(jsonl_paths(paths, notes)):
+            copies.check(part, str(path))
             builder.add(part, str(path))
     finally:
         gc.enable()
     table = builder.table()
     lines = notes.lines() + selection.notes() + mixture_notes([r.meta for r in table.runs])
     for line in lines:
-        print(f"# note: {what}: {line}", file=sys.stderr)
+        print(f"# note: {what}: {printable(line)}", file=sys.stderr)
     if not len(table):
         raise UsageError(f"no result records in {what} ({', '.join(map(str, paths))})"
                          + (f" within the selection ({selection.describe()})" if selection.describe() else ""))
     return table
+
+
+class RunCopies:
+    """Each run id's first file and a digest of its contents (run line, end line, every row), to tell an
+    identical copy of a run (read once) from a different run under the same id (an error)."""
+
+    def __init__(self):
+        self.first: dict[str, tuple[bytes, str]] = {}
+
+    def check(self, part: FilePart, source: str) -> None:
+        ids = [meta.get("run_id") for meta in part.runs]
+        if not any(isinstance(i, str) for i in ids):
+            return
+        for run, digest in run_digests(part).items():
+            run_id = ids[run]
+            if not isinstance(run_id, str):
+                continue
+            seen = self.first.get(run_id)
+            if seen is None:
+                self.first[run_id] = (digest, source)
+            elif seen[0] != digest:
+                raise UsageError(f"run {printable(run_id)!r} is in {seen[1]} and in {source} with different "
+                                 "contents; leave one of them out")
+
+
+def run_digests(part: FilePart) -> dict[int, bytes]:
+    """A digest of each run of a part: its run and end lines and every row (configuration, numbers, check)."""
+    owner = part.column("owner")
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(len(part.runs) + 1))
+    configs = msgspec.json.decode(part.configs)
+    columns = [part.column(n) for n in ("requested", *NUMBERS, *PART_STATS)]
+    checks, check = part.checks, part.column("check")
+    out = {}
+    for run, meta in enumerate(part.runs):
+        rows = order[bounds[run]:bounds[run + 1]]
+        h = hashlib.sha1(msgspec.json.encode([meta, part.ends[run]], order="sorted"))
+        h.update(msgspec.json.encode([configs[c] for c in part.column("config")[rows]]))
+        h.update(msgspec.json.encode([checks[c] for c in check[rows]]))
+        for col in columns:
+            h.update(np.ascontiguousarray(col[rows]).tobytes())
+        out[run] = h.digest()
+    return out
 
 
 def benchmark_names(items: Iterable[str] | None) -> list[str] | None:

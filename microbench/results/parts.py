@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from microbench.errors import clean
 from microbench.results import keys
 from microbench.results.scan import RAW_JSON_FIELDS, RUN_FIELDS, Decoded, raw_present
 
@@ -110,7 +111,7 @@ class PartMaker:
         for raw in local:
             key = self.config_of.get(raw)
             if key is None:
-                key = self.config_of[raw] = keys.config_from_raw(raw)
+                key = self.config_of[raw] = keys.config_from_raw(tuple(clean(v) for v in raw))
             configs.append(key)
         return configs, codes
 
@@ -144,18 +145,19 @@ def _attach(records: list) -> tuple[list[dict], list, list, list, list[int]]:
             if times[owner] is None:
                 times[owner] = rec.time_utc
         elif kind == "run":
-            current = new_run({name: getattr(rec, name) for name in RUN_FIELDS if getattr(rec, name) is not None})
+            current = new_run(clean({name: getattr(rec, name) for name in RUN_FIELDS
+                                      if getattr(rec, name) is not None}))  # no control characters to print
             if rec.run_id is not None:
                 by_id[rec.run_id] = current
         else:  # end
             owner = current if rec.run_id is None else by_id.get(rec.run_id, current)
             if owner is not None:
-                ends[owner] = {"status": rec.status, "time_utc": rec.time_utc}
+                ends[owner] = clean({"status": rec.status, "time_utc": rec.time_utc})
     return runs, ends, times, results, owners
 
 
 def _check_value(value):
-    return value if value is None or isinstance(value, str) else str(value)
+    return clean(value if value is None or isinstance(value, str) else str(value))
 
 
 def _pairs_fields(rec) -> dict:

@@ -16,20 +16,19 @@ newer than this reader is a UsageError that names the file: its fields may mean 
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Annotated, Any, Iterable, Optional
 
 import msgspec
 
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
+from microbench.records.files import find_jsonl, read_capped
 from microbench.results.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
 from microbench.results.metrics import LATENCY_STATS
 from microbench.records import SCHEMA_VERSION
-from microbench.records.files import results_files
 
 RECORD_TYPES = ("run", "result", "end")
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
@@ -48,14 +47,22 @@ def raw_present(raw: msgspec.Raw) -> bool:
     return len(raw) > 0 and bytes(raw) != b"null"
 
 
-#: Fields with a declared type: a line where one has another type is not a record this reader knows.
+MAX_COUNT = 2 ** 62  #: the largest size or rank count a reader takes (beyond it int64 columns overflow)
+_BYTES = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+_NONNEGATIVE = Annotated[float, msgspec.Meta(ge=0)]  #: JSON numbers decode finite (1e400 is refused)
+
+#: Fields with a declared type (as the schema declares them): a microbench record where one has another type,
+#: or a value out of its range, is refused naming its file and line.
 TYPED_FIELDS = {"type": Optional[str], "run_id": Optional[str], "time_utc": Optional[str],
-                "requested_bytes": Optional[int], "algbw_bytes": Optional[float], "busbw_factor": Optional[float],
-                "algbw_gbps": Optional[float], "busbw_gbps": Optional[float]}
+                "benchmark": Optional[str], "backend": Optional[str], "size_bytes": Optional[_BYTES],
+                "ranks": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
+                "requested_bytes": Optional[_BYTES], "algbw_bytes": Optional[_NONNEGATIVE],
+                "busbw_factor": Optional[_NONNEGATIVE], "algbw_gbps": Optional[_NONNEGATIVE],
+                "busbw_gbps": Optional[_NONNEGATIVE]}
 
 
 #: Of a record's ``stragglers`` block only the skew (slowest over fastest rank mean) is read.
-_STRAGGLERS = msgspec.defstruct("Stragglers", [("skew", Optional[float], None)])
+_STRAGGLERS = msgspec.defstruct("Stragglers", [("skew", Optional[_NONNEGATIVE], None)])
 
 
 @lru_cache(maxsize=16)
@@ -63,7 +70,7 @@ def line_type(stats: tuple[str, ...]) -> type:
     """The struct one line decodes into: the union of run, result and end fields a gate tool reads, with
     the latency statistics ``stats`` only (an absent ``latency_us`` decodes as one with every stat None).
     ``call_path`` and ``mpi_call`` are UNSET when absent (keys derives them then)."""
-    latency = msgspec.defstruct("Latency", [(s, Optional[float], None) for s in stats])
+    latency = msgspec.defstruct("Latency", [(s, Optional[_NONNEGATIVE], None) for s in stats])
     names = dict.fromkeys((*RAW_FIELDS, *RESULT_FIELDS, *RUN_FIELDS, "type", "status", "matrix_unit", "unit"))
     fields: list[tuple] = [(n, TYPED_FIELDS.get(n, Any), msgspec.UNSET if n in DERIVED_WHEN_ABSENT else None)
                            for n in names]
@@ -82,7 +89,8 @@ class ScanNotes:
     files: int = 0
     bytes: int = 0
     cached: int = 0  #: files whose part came from the index
-    skipped_files: list[str] = field(default_factory=list)  #: what below a folder was not a regular file
+    skipped_files: list[str] = field(default_factory=list)  #: 'PATH (why)' of names passed over below folders
+    index_refused: str = ""  #: why the index folder was not used (``index.unsafe_reason``)
 
     def add(self, path: Path, bad_lines: list[int], foreign: int, size: int) -> None:
         self.files += 1
@@ -92,7 +100,10 @@ class ScanNotes:
             self.foreign[str(path)] = foreign
 
     def lines(self) -> list[str]:
-        out = list(self.skipped_files)
+        out = [self.index_refused] if self.index_refused else []
+        if self.skipped_files:
+            shown = ", ".join(self.skipped_files[:5]) + (" ..." if len(self.skipped_files) > 5 else "")
+            out.append(f"skipped {len(self.skipped_files)} name(s) that are not regular files: {shown}")
         if self.bad_lines:
             shown = ", ".join(self.bad_lines[:5]) + (" ..." if len(self.bad_lines) > 5 else "")
             out.append(f"skipped {len(self.bad_lines)} unreadable line(s) (not a JSON record; a truncated or "
@@ -105,13 +116,10 @@ class ScanNotes:
         return out
 
 
-def jsonl_paths(items: Iterable[str | os.PathLike], notes: "ScanNotes | None" = None) -> list[Path]:
-    """Files named, and every regular ``*.jsonl`` below folders named (``records.files``: each file once, each
-    folder once); what was skipped goes to ``notes``."""
-    files, skipped = results_files(items)
-    if notes is not None:
-        notes.skipped_files += skipped
-    return files
+def jsonl_paths(items: Iterable[str | os.PathLike], notes: ScanNotes | None = None) -> list[Path]:
+    """Files named, and every regular ``*.jsonl`` below folders named (``records.files.find_jsonl``: folders
+    entered once, anything but a regular file skipped, into ``notes``); each file once (by device and inode)."""
+    return find_jsonl(items, notes.skipped_files if notes is not None else None)
 
 
 @dataclass
@@ -126,58 +134,22 @@ class Decoded:
 
 def decode_file(path: Path, stats: tuple[str, ...] = LATENCY_STATS) -> Decoded:
     """The records of one file that have a microbench ``type``; others counted and skipped. A run line of
-    a newer schema is a UsageError naming the file."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    a newer schema, and a microbench record whose fields break the schema (a type, a negative latency, a
+    size beyond ``MAX_COUNT``, bytes that are not UTF-8, nesting too deep to decode), are UsageErrors
+    naming the file and line; a line that is not JSON at all (a truncated write) is skipped and noted."""
+    data = read_capped(path)
     decoder = _decoder(stats)
     bad: list[int] = []
     foreign = 0
     try:
         lines = decoder.decode_lines(data)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # a bad line (invalid UTF-8, 100k deep)
-        lines, bad, foreign = _decode_one_by_one(decoder, data)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        lines, bad, foreign = _decode_one_by_one(decoder, data, path)
     records = [line for line in lines if line.type in RECORD_TYPES]
-    for index, rec in enumerate(lines):
+    for rec in records:
         if rec.type == "run":
             _check_schema(rec.schema, path)
-        elif rec.type == "result":
-            problem = impossible_value(rec, stats)
-            if problem:
-                raise UsageError(f"{path}:{_line_number(data, rec, index, bad)}: {problem}: not a possible result "
-                                 f"(docs/records.md: figures finite and non-negative, sizes and ranks whole numbers); "
-                                 f"refused, nothing judged")
     return Decoded(records, bad, foreign + len(lines) - len(records), len(data))
-
-
-#: figures of a result the schema says are non-negative numbers
-_NON_NEGATIVE = ("algbw_gbps", "busbw_gbps", "algbw_bytes", "busbw_factor")
-
-
-def impossible_value(rec, stats: tuple[str, ...]) -> str | None:
-    """What makes a decoded result impossible (a negative or non-finite latency or bandwidth, a size or rank count
-    that is not a whole number from 1 to 2^62), or None."""
-    for name in ("size_bytes", "ranks"):
-        value = getattr(rec, name)
-        if value is not None and (type(value) is not int or not 1 <= value <= 1 << 62):
-            return f"{name} is {str(value)[:40]!r}"
-    lat = rec.latency_us
-    for stat in stats if lat is not None else ():
-        value = getattr(lat, stat)
-        if value is not None and not (0.0 <= value < math.inf):
-            return f"latency_us.{stat} is {value}"
-    for name in _NON_NEGATIVE:
-        value = getattr(rec, name)
-        if value is not None and not (0.0 <= value < math.inf):
-            return f"{name} is {value}"
-    return None
-
-
-def _line_number(data: bytes, rec, index: int, bad: list[int]) -> int | str:
-    """The line of the ``index``-th decoded record (decoded lines are the non-blank ones less the bad ones)."""
-    numbers = [n for n, line in enumerate(data.split(b"\n"), 1) if line.strip() and n not in set(bad)]
-    return numbers[index] if index < len(numbers) else "?"
 
 
 @lru_cache(maxsize=16)
@@ -185,25 +157,52 @@ def _decoder(stats: tuple[str, ...]) -> msgspec.json.Decoder:
     return msgspec.json.Decoder(line_type(stats))
 
 
-def _decode_one_by_one(decoder, data: bytes) -> tuple[list, list[int], int]:
-    """Line by line, for a file with a bad line: (good lines, bad line numbers, foreign lines). A JSON value
-    that is not an object, or an object whose read fields have the wrong type, counts as foreign."""
+def _decode_one_by_one(decoder, data: bytes, path: Path) -> tuple[list, list[int], int]:
+    """Line by line, for a file with a line the fast path refused: (good lines, bad line numbers, foreign
+    lines). A JSON value that is not a microbench record counts as foreign; a microbench record that breaks
+    the schema (and any line too deep or not UTF-8) is a UsageError naming ``path`` and the line."""
     out, bad, foreign = [], [], 0
     for lineno, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
             continue
         try:
-            out.append(decoder.decode(line))
-        except msgspec.ValidationError:
-            foreign += 1
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            rec = decoder.decode(line)
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}:{lineno}: not UTF-8 text") from None
+        except RecursionError:
+            raise UsageError(f"{path}:{lineno}: JSON nested too deeply to be a record") from None
+        except msgspec.ValidationError as exc:
+            raw = _loose(line)
+            if not isinstance(raw, dict) or raw.get("type") not in RECORD_TYPES:
+                foreign += 1
+                continue
+            if raw.get("type") == "run":
+                _check_schema(raw.get("schema"), f"{path}:{lineno}")
+            raise UsageError(f"{path}:{lineno}: a {raw['type']} record that breaks the schema: "
+                             f"{printable(str(exc))}") from None
+        except msgspec.DecodeError:
             bad.append(lineno)
+            continue
+        if rec.type == "run":
+            _check_schema(rec.schema, f"{path}:{lineno}")
+        out.append(rec)
     return out, bad, foreign
 
 
-def _check_schema(schema: Any, path: Path) -> None:
+def _loose(line: bytes) -> Any:
+    """A line decoded without a type (None when even that fails)."""
+    try:
+        return msgspec.json.decode(line)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _check_schema(schema: Any, where: Path | str) -> None:
     if schema is None:
         return
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema > SCHEMA_VERSION:
-        raise UsageError(f"{path}: record schema {schema} is newer than this microbench reads ({SCHEMA_VERSION}); "
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise UsageError(f"{where}: record schema {printable(repr(schema))} is not a schema version (a whole "
+                         f"number; this microbench reads {SCHEMA_VERSION})")
+    if schema > SCHEMA_VERSION:
+        raise UsageError(f"{where}: record schema {schema} is newer than this microbench reads ({SCHEMA_VERSION}); "
                          "upgrade microbench, or leave the file out")

@@ -50,7 +50,11 @@ class Selection:
                    backend=getattr(args, "backend", None), mpi=getattr(args, "mpi", None))
 
     def admits(self, meta: dict) -> bool:
-        """Whether a run (its run line) is read; a run left out is counted under its reason."""
+        """Whether a run (its run line) is read; a run left out is counted under its reason. A run without
+        a readable run line is outside any selection (its hosts, backend and MPI are unknown)."""
+        if not meta and self.describe():
+            self.skipped["without a readable run line"] += 1
+            return False
         if self.hosts is not None and host_set(meta) != self.hosts:
             self.skipped[f"on hosts {','.join(host_set(meta)) or '(none named)'}"] += 1
             return False

@@ -1,7 +1,6 @@
 """Filling a columnar ``Table`` from file parts (``parts.FilePart``, decoded or from the index).
 
-A run reached twice (the same ``run_id`` in two files) counts once when both copies hold the same results; different
-results under one id are an error naming both files.
+A run reached twice (the same ``run_id`` in two files, or a file and the folder holding it) counts once.
 ``selection`` leaves runs out by their run line (host set, backend, MPI); ``keep`` (a ``ConfigKey``
 predicate) leaves configurations out, asked once per configuration. Runs left with no rows are dropped.
 A non-blocking record's ``overlap`` block becomes the numbers the tools read (``columns.OVERLAP_FIELDS``),
@@ -11,14 +10,12 @@ so no decoded block is held per row: memory grows with rows of numbers, not with
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import sys
 from typing import Callable
 
 import msgspec
 import numpy as np
 
-from microbench.errors import UsageError
 from microbench.results import keys
 from microbench.results.columns import OVERLAP_FIELDS, RunInfo, Table, overlap_numbers
 from microbench.results.parts import NUMBERS, FilePart
@@ -55,7 +52,7 @@ class TableBuilder:
         self.selection = selection or Selection()
         self.keep = keep
         self.runs: list[RunInfo] = []
-        self.seen_ids: dict[str, tuple[bytes, str]] = {}  #: run id -> (its results' digest, the file it came from)
+        self.seen_ids: set[str] = set()
         self.configs: list[keys.ConfigKey] = []
         self.config_index: dict[keys.ConfigKey, int] = {}
         self.codes_of_blob: dict[bytes, np.ndarray] = {}  #: a part's configurations -> global codes (-1: not kept)
@@ -70,12 +67,11 @@ class TableBuilder:
 
     def add(self, part: FilePart, source: str) -> None:
         """Append the rows of one file's part that belong to runs read and configurations kept."""
-        local_owners = part.column("owner")
+        run_map = np.array([self._run(meta, end, time, source)
+                            for meta, end, time in zip(part.runs, part.ends, part.result_times)] or [-1],
+                           dtype=np.int64)
+        owners = run_map[part.column("owner")]
         codes = self._global_codes(part.configs)[part.column("config")]
-        run_map = np.array([self._run(meta, end, time, source, self._digest(part, local_owners == i, codes))
-                            for i, (meta, end, time) in enumerate(zip(part.runs, part.ends, part.result_times))]
-                           or [-1], dtype=np.int64)
-        owners = run_map[local_owners]
         kept = np.flatnonzero((owners >= 0) & (codes >= 0))
         if not len(kept):
             return
@@ -123,28 +119,14 @@ class TableBuilder:
             self.overlap_rows.append(np.asarray(rows, dtype=np.int64)[order])
             self.overlap_values.append(np.asarray(values, dtype=np.float64)[order])
 
-    def _digest(self, part: FilePart, rows: np.ndarray, codes: np.ndarray) -> bytes:
-        """What a run's results hold (configurations and figures), to tell a copy of a run from another run that
-        has the same id."""
-        h = hashlib.sha256(codes[rows].tobytes())
-        for name in ("requested", *NUMBERS, *self.stats):
-            h.update(part.column(name)[rows].tobytes())
-        return h.digest()
-
-    def _run(self, meta: dict, end: dict | None, result_time: str | None, source: str, digest: bytes) -> int:
-        """The table's index of a part's run, or -1 when it is not read (a copy of one read, or not selected).
-
-        The same run id again: an identical copy counts once; different results are an error naming both files."""
+    def _run(self, meta: dict, end: dict | None, result_time: str | None, source: str) -> int:
+        """The table's index of a part's run, or -1 when it is not read (a duplicate, or not selected)."""
         run_id = meta.get("run_id")
         if run_id is not None:
             if run_id in self.seen_ids:
-                first_digest, first_source = self.seen_ids[run_id]
-                if first_digest != digest:
-                    raise UsageError(f"run {run_id} is in {first_source} and in {source} with different results: "
-                                     f"one of them was edited or is another run with the same id; read one of them")
                 return -1
-            self.seen_ids[run_id] = (digest, source)
-        if meta and not self.selection.admits(meta):
+            self.seen_ids.add(run_id)
+        if not self.selection.admits(meta):  # a run without a run line is outside any selection
             return -1
         self.runs.append(RunInfo(meta=meta, source=source, end=end, result_time=result_time))
         return len(self.runs) - 1

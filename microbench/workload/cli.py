@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from microbench.benchmarks.workload_sizes import MAPPING_RULE
 from microbench.errors import UsageError
-from microbench.printing import dump_json
+from microbench.records.jsonout import dump_strict
 from microbench.workload import tables as report
 from microbench.workload.compute import RULE as COMPUTE_RULE
 from microbench.workload.compute import compute_vs_communication, per_device_communication_us
@@ -169,7 +169,7 @@ def _sweep(args, model: Model) -> int:
                        "by_collective": {k: report.number(v) for k, v in by_collective.items()},
                        "by_dimension": {k: report.number(v) for k, v in by_dimension.items()}})
     if args.json:
-        dump_json({"sweep": points})
+        dump_strict({"sweep": points})
     else:
         w = _workload(args, model)
         head = [f"# workload: {model.name or 'custom model'} (L={model.layers}, h={model.hidden}, a={model.heads}, "
@@ -247,7 +247,7 @@ def main(args) -> int:
         _cost(args, messages, workload, assumptions, out, lines)
     out["assumptions"] = assumptions
     if args.json:
-        dump_json(out)
+        dump_strict(out)
     else:
         print("\n".join(lines + report.assumption_lines(assumptions)))
     return 0

@@ -30,14 +30,14 @@ class DepthGuard:
         self.limit, self.path = limit, path
         self.open = b""  #: brackets opened and not yet closed
         self.in_string = False
-        self.carry = b""  #: trailing backslashes, whose meaning depends on the next block
+        self.carry = b""  #: a trailing odd backslash (escaping the next block's first byte), else nothing
 
     def feed(self, block: bytes) -> None:
         if self.carry:
             block, self.carry = self.carry + block, b""
         if b"\\" in block:
             kept = block.rstrip(b"\\")
-            self.carry = block[len(kept):]
+            self.carry = b"\\" * ((len(block) - len(kept)) % 2)  # pairs cancel: only the parity carries
             block = kept.replace(b"\\\\", b"").replace(b'\\"', b"")
         brackets = self._outside_strings(block.translate(None, _NOT_STRUCTURE).replace(b'""', b""))
         self._nest(self.open + brackets)

@@ -19,12 +19,34 @@ from microbench.workload.traces.source import BLOCK, TraceSource
 
 #: nesting refused beyond this many levels (real traces nest about a dozen)
 MAX_DEPTH = 64
+#: bytes of JSON (decompressed) read between two elements, at most: the parser builds one element whole, so
+#: this bounds its memory (a real trace event is well under a kilobyte; an execution-trace node a few)
+MAX_ELEMENT_BYTES = 16 << 20
 
 
-def elements(source: TraceSource, prefix: str, notes: list[str]) -> Iterator:
-    """The elements under ``prefix``; a JSON error is one line, or with --trace-partial the end of the trace."""
+class _Metered:
+    """A file object over the JSON stream that refuses to read more than ``limit`` bytes since ``reset``."""
+
+    def __init__(self, stream, limit: int, path: str):
+        self.stream, self.limit, self.path, self.since = stream, limit, path, 0
+
+    def read(self, n: int = BLOCK) -> bytes:
+        data = self.stream.read(n)
+        self.since += len(data)
+        if self.since > self.limit:
+            raise UsageError(f"cannot read trace {self.path}: one JSON element holds more than {self.limit} bytes "
+                             "(no trace event does; refused)")
+        return data
+
+
+def elements(source: TraceSource, prefix: str, notes: list[str], limit: int = MAX_ELEMENT_BYTES) -> Iterator:
+    """The elements under ``prefix``; a JSON error is one line, or with --trace-partial the end of the trace.
+    More than ``limit`` bytes read between two elements (one element built whole) is a UsageError."""
+    stream = _Metered(source.json_stream(MAX_DEPTH), limit, source.path)
     try:
-        yield from ijson.items(source.json_stream(MAX_DEPTH), prefix, use_float=True, buf_size=BLOCK)
+        for item in ijson.items(stream, prefix, use_float=True, buf_size=BLOCK):
+            stream.since = 0
+            yield item
     except ijson.JSONError as exc:
         reason = _first_line(exc)
         if not source.partial:
