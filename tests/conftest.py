@@ -215,6 +215,15 @@ def mpiexec(nranks: int, *args: str, timeout: float = 120, env: dict | None = No
     return run_process([*cmd, sys.executable, "-m", "microbench", *args], timeout=timeout, env={**extra, **(env or {})})
 
 
+def assert_figure(path, min_side: int = 100) -> None:
+    """``path`` is a PNG that decodes to a picture of at least ``min_side`` pixels a side and more than one colour."""
+    from matplotlib.image import imread
+
+    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    pixels = imread(path)
+    assert min(pixels.shape[:2]) >= min_side and pixels.min() < pixels.max(), (path, pixels.shape)
+
+
 def read_jsonl(path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import slurm_cluster
 
-from conftest import read_jsonl, results_of, run_process
+from conftest import assert_figure, read_jsonl, results_of, run_process
 
 why_not = slurm_cluster.missing()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
@@ -71,7 +71,10 @@ def assert_campaign_complete(out, job: str) -> tuple[list[dict], list[dict]]:
     assert {r["benchmark"] for r in mpi if r["type"] == "result"} >= {"allreduce", "latency", "bw", "bibw"}
     pairs = [r for r in read_jsonl(out / "pairs.jsonl") if r["type"] == "result"]
     assert [r["metric"] for r in pairs] == ["latency", "bandwidth"]
-    assert any((out / "plots").glob("allreduce.png")) and any((out / "plots").glob("pairs-latency-*.png"))
+    figures = [out / "plots" / "allreduce.png", *sorted((out / "plots").glob("pairs-latency-*.png"))]
+    assert len(figures) >= 2, sorted((out / "plots").iterdir())
+    for figure in figures:
+        assert_figure(figure)
     assert (out / "junit.xml").read_text().startswith("<?xml")
     try:
         import torch  # noqa: F401
