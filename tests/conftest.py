@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,22 +25,31 @@ os.environ["MICROBENCH_TESTING"] = "1"
 #: test module (glob) -> the group of optional parts its tests need; every other module is "core"
 GROUPS = {"test_torch.py": "torch", "test_slurm.py": "slurm", "test_emulated_slurm.py": "slurm",
           "test_emulated_*.py": "emulated-cluster", "test_reframe.py": "reframe", "test_report*.py": "report",
-          "test_required_groups.py": "canary", "canary_*.py": "canary"}
-#: groups that must each pass at least one test and may not skip (CI sets them: .ci/run)
+          "test_required_groups.py": "canary", "canaries.py": "canary"}
+#: groups whose tests must run (CI sets them: .ci/run): a skip in one fails the run, unless the test is in
+#: ALLOWED_SKIPS and skipped for the reason given there; each must pass at least one test; none may be deselected
 REQUIRED = {g for g in os.environ.get("MICROBENCH_REQUIRED_GROUPS", "").split(",") if g}
 
-#: The only tests that may skip where their group is required, each with the reason (test id without its
-#: parameters). Nothing else can exempt itself: the ``gpu`` marker only documents.
-MAY_SKIP = {
-    **{f"tests/test_torch.py::{name}": "needs a CUDA GPU (CI has none; run by hand on a GPU node)" for name in (
-        "test_single_rank_nccl_with_cuda_events_and_graph", "test_mpi_device_buffers_staged_or_cuda_aware",
-        "test_gpu_cold_cache_uses_the_l2", "test_graph_replays_start_aligned",
-        "test_cold_graphs_rotate_through_the_pool", "test_mpi_device_buffers_with_a_device_flush",
-        "test_staged_in_place_moves_the_device_data")},
-    "tests/test_cache.py::test_huge_pages_granted_by_this_kernel_are_counted":
-        "whether the kernel grants huge pages depends on its THP mode and fragmentation",
-    "tests/canaries/canary_skips.py::test_listed_skip": "a canary: shows that a listed test may skip",
+_NO_CUDA = ("needs a CUDA GPU, and CI has none (README: run them by hand with `-m gpu`)",
+            r"^no CUDA device \(torch\.cuda\.is_available\(\) is False\)$")
+#: the only tests that may skip where their group is required: "module::function" -> (why, a regular expression
+#: the skip's reason must match). A test marked ``gpu`` or ``may_skip`` must be here; the marks alone allow nothing.
+ALLOWED_SKIPS: dict[str, tuple[str, str]] = {
+    "test_torch.py::test_single_rank_nccl_with_cuda_events_and_graph": _NO_CUDA,
+    "test_torch.py::test_mpi_device_buffers_staged_or_cuda_aware": _NO_CUDA,
+    "test_torch.py::test_gpu_cold_cache_uses_the_l2": _NO_CUDA,
+    "test_torch.py::test_graph_replays_start_aligned": _NO_CUDA,
+    "test_torch.py::test_cold_graphs_rotate_through_the_pool": _NO_CUDA,
+    "test_torch.py::test_mpi_device_buffers_with_a_device_flush": _NO_CUDA,
+    "test_torch.py::test_staged_in_place_moves_the_device_data": _NO_CUDA,
+    "test_cache.py::test_huge_pages_granted_by_this_kernel_are_counted": (
+        "whether the kernel grants huge pages depends on its THP mode and on fragmentation",
+        r"^transparent huge pages are \w+ on this kernel|^this kernel granted no huge page"),
+    "canaries.py::test_allowed_skip": ("canary: shows that an allowed skip stays a skip", r"^canary: allowed$"),
 }
+_EXEMPTING_MARKS = ("gpu", "may_skip")
+_PASSED = pytest.StashKey[dict]()  # required group -> tests passed
+_DESELECTED = pytest.StashKey[list]()  # node ids of deselected tests of required groups
 
 
 def group_of(path) -> str:
@@ -48,27 +58,44 @@ def group_of(path) -> str:
     return next((group for pattern, group in GROUPS.items() if fnmatch.fnmatch(name, pattern)), "core")
 
 
-def may_skip(nodeid: str) -> bool:
-    """Whether a test is on the MAY_SKIP list (its id relative to the repository, parameters dropped)."""
-    return nodeid.split("[")[0] in MAY_SKIP
+def skip_key(item) -> str:
+    """The item's key in ALLOWED_SKIPS: its module's file name and its function's name (no parameters)."""
+    return f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (documents it; MAY_SKIP in conftest.py lets it skip)")
-    config.addinivalue_line("markers", "may_skip(reason): documents a skip that MAY_SKIP in conftest.py allows")
-    config._microbench_passed = {group: 0 for group in REQUIRED}
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (select with -m gpu); may skip only if in ALLOWED_SKIPS")
+    config.addinivalue_line("markers", "may_skip(reason): may skip only if in ALLOWED_SKIPS (tests/conftest.py)")
+    known = set(GROUPS.values()) | {"core"}
+    if REQUIRED - known:
+        raise pytest.UsageError(f"MICROBENCH_REQUIRED_GROUPS names unknown groups {sorted(REQUIRED - known)}; "
+                                f"the groups are {sorted(known)}")
+    config.stash[_PASSED] = dict.fromkeys(sorted(REQUIRED), 0)
+    config.stash[_DESELECTED] = []
+
+
+def _skip_reason(report) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
 
 
 def _required_skip(report, group: str) -> None:
     """Turn a skip of a required group into a failure that says which group and why it skipped."""
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.longrepr = f"required group '{group}' skipped (MICROBENCH_REQUIRED_GROUPS): {_skip_reason(report)}"
     report.outcome = "failed"
-    report.longrepr = f"required group '{group}' skipped (MICROBENCH_REQUIRED_GROUPS): {reason}"
 
 
-def _nodeid(item) -> str:
-    """The test's id relative to the repository (pytest's own is relative to its rootdir)."""
-    return f"{Path(str(item.path)).resolve().relative_to(REPO)}::{item.name}"
+def _allowed_skip(item, report) -> bool:
+    allowed = ALLOWED_SKIPS.get(skip_key(item))
+    return allowed is not None and re.search(allowed[1], _skip_reason(report)) is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before skipif marks are evaluated
+def pytest_runtest_setup(item):
+    marks = [m for m in _EXEMPTING_MARKS if item.get_closest_marker(m)]
+    if marks and skip_key(item) not in ALLOWED_SKIPS:
+        pytest.fail(f"marked {', '.join(marks)} but not in ALLOWED_SKIPS (tests/conftest.py): a test may be "
+                    f"exempted from the required groups only there, with its reason", pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -76,10 +103,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     group = group_of(item.path)
-    if report.skipped and group in REQUIRED and not may_skip(_nodeid(item)):
+    if group not in REQUIRED:
+        return
+    if report.skipped and not _allowed_skip(item, report):
         _required_skip(report, group)
-    if report.passed and report.when == "call" and group in REQUIRED:
-        item.config._microbench_passed[group] += 1
+    elif report.passed and report.when == "call":
+        item.config.stash[_PASSED][group] += 1
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -90,19 +119,34 @@ def pytest_make_collect_report(collector):
         _required_skip(report, group_of(collector.path))
 
 
+def pytest_deselected(items):
+    if items and REQUIRED:
+        items[0].config.stash[_DESELECTED].extend(i.nodeid for i in items if group_of(i.path) in REQUIRED)
+
+
+def _required_group_problems(config) -> list[str]:
+    passed = config.stash.get(_PASSED, {})
+    out = [f"required group '{g}' passed no test (MICROBENCH_REQUIRED_GROUPS): its modules were not collected, "
+           f"were deselected or all failed" for g, n in passed.items() if n == 0]
+    deselected = config.stash.get(_DESELECTED, [])
+    if deselected:
+        out.append(f"{len(deselected)} tests of required groups deselected (-k, -m, --deselect, PYTEST_ADDOPTS), "
+                   f"e.g. {deselected[0]}")
+    return out
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """A required group that passed no test fails the run, naming the group (deleted, deselected, all skipped)."""
-    passed = getattr(session.config, "_microbench_passed", {})
-    empty = sorted(group for group, count in passed.items() if count == 0)
-    if empty:
-        session.config._microbench_empty_groups = empty
+    if _required_group_problems(session.config) and exitstatus in (pytest.ExitCode.OK,
+                                                                  pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    for group in getattr(config, "_microbench_empty_groups", ()):
-        terminalreporter.write_line(f"FAILED: required group '{group}' passed no test (MICROBENCH_REQUIRED_GROUPS)",
-                                    red=True)
+    problems = _required_group_problems(config)
+    if problems:
+        terminalreporter.section("required groups", sep="=", red=True, bold=True)
+        for line in problems:
+            terminalreporter.line(f"FAILED {line}", red=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -169,6 +213,15 @@ def mpiexec(nranks: int, *args: str, timeout: float = 120, env: dict | None = No
     """``mpiexec -n N python -m microbench ARGS``: microbench under a launcher, as on a cluster."""
     cmd, extra = mpiexec_prefix(nranks)
     return run_process([*cmd, sys.executable, "-m", "microbench", *args], timeout=timeout, env={**extra, **(env or {})})
+
+
+def assert_figure(path, min_side: int = 100) -> None:
+    """``path`` is a PNG that decodes to a picture of at least ``min_side`` pixels a side and more than one colour."""
+    from matplotlib.image import imread
+
+    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    pixels = imread(path)
+    assert min(pixels.shape[:2]) >= min_side and pixels.min() < pixels.max(), (path, pixels.shape)
 
 
 def read_jsonl(path) -> list[dict]:

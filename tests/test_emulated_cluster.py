@@ -13,6 +13,7 @@ import time
 
 import emulated_cluster as emu
 import pytest
+import slurm_cluster
 
 from conftest import REPO, run_process
 
@@ -145,10 +146,19 @@ def test_says_why_it_cannot_run_without_root_or_ip():
     assert nobody.stdout.strip() == "emulated cluster: network namespaces need root", nobody.output
 
 
+def _by_hand(name: str) -> list[str]:
+    return [sys.executable, str(TESTS / "emulated_cluster.py"), "--name", name]
+
+
+def _down_leaves_nothing(name: str) -> None:
+    down = run_process([*_by_hand(name), "down"], timeout=60)
+    assert down.returncode == 0 and not [n for n in _namespaces() if n.startswith(f"{emu.NETNS_PREFIX}{name}-")]
+
+
 def test_the_by_hand_commands_of_the_docs(tmp_path):
-    """docs/emulated-cluster.md: up, exec, mpirun, throttle, status, down (with Slurm: test_emulated_slurm.py)."""
+    """docs/emulated-cluster.md: up, exec, mpirun, throttle, status, down (Slurm's part: the next test)."""
     name = f"doc{os.getpid()}"
-    cli = [sys.executable, str(TESTS / "emulated_cluster.py"), "--name", name]
+    cli = _by_hand(name)
     try:
         up = run_process([*cli, "up", "--nodes", "2"], timeout=90)
         assert up.returncode == 0 and "node1  10.77.0.2" in up.stdout, up.output
@@ -160,5 +170,19 @@ def test_the_by_hand_commands_of_the_docs(tmp_path):
         assert "rate 100Mbit" in run_process([*cli, "throttle", "node1"], timeout=30).stdout
         assert "tbf" in run_process([*cli, "status"], timeout=30).stdout
     finally:
-        down = run_process([*cli, "down"], timeout=60)
-    assert down.returncode == 0 and not [n for n in _namespaces() if n.startswith(f"{emu.NETNS_PREFIX}{name}-")]
+        _down_leaves_nothing(name)
+
+
+@pytest.mark.skipif(slurm_cluster.missing() is not None, reason=slurm_cluster.missing() or "")
+def test_the_by_hand_slurm_commands_of_the_docs():
+    """docs/emulated-cluster.md: up --slurm, srun across the nodes, status naming SLURM_CONF, down."""
+    name = f"dsl{os.getpid()}"
+    cli = _by_hand(name)
+    try:
+        up = run_process([*cli, "up", "--nodes", "2", "--slurm"], timeout=90)
+        assert up.returncode == 0 and "node1  10.77.0.2" in up.stdout, up.output
+        srun = run_process([*cli, "srun", "--", "-N", "2", "hostname"], timeout=60)
+        assert srun.returncode == 0 and sorted(srun.stdout.split()) == ["node0", "node1"], srun.output
+        assert "Slurm: SLURM_CONF=" in run_process([*cli, "status"], timeout=30).stdout
+    finally:
+        _down_leaves_nothing(name)

@@ -52,7 +52,11 @@ def test_stragglers_and_the_skew_rule_name_the_slowed_node(cluster, tmp_path):
     for r in res:
         s = r["stragglers"]
         assert s["fastest"]["rank"] == 4 and s["fastest"]["host"] == SLOW, s
-        assert [(n["label"], n["side"]) for n in s["outliers"]] == [(SLOW, "fast")], s
+        # 8 ranks on 2 shared cores can push one more node past the rule now and then (as in test_stragglers);
+        # the slowed node, 20 ms late against microseconds, must be flagged once, first, and stand out by far
+        first, *rest = s["outliers"]
+        assert (first["label"], first["side"]) == (SLOW, "fast") and SLOW not in [n["label"] for n in rest], s
+        assert all(10 * abs(n["z"]) < abs(first["z"]) for n in rest), s
     spec = tmp_path / "skew.toml"
     spec.write_text('[[rule]]\nname = "no straggler"\nbenchmark = "allreduce"\nmax_rank_skew = 5\n')
     check = run_process([sys.executable, "-m", "microbench", "check", str(out), "--spec", str(spec)], timeout=60)

@@ -3,7 +3,7 @@ slurmctld and the clients on node0; srun -N 2 and the acceptance sbatch script o
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import sys
 
 import emulated_cluster as emu
@@ -11,7 +11,7 @@ import pytest
 import slurm_cluster
 from test_slurm import assert_campaign_complete, srun_mpi  # noqa: F401 (srun_mpi: a fixture on this module's cluster)
 
-from conftest import REPO, read_jsonl, results_of, run_process
+from conftest import read_jsonl, results_of, run_process
 
 why_not = emu.missing() or slurm_cluster.missing()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
@@ -53,21 +53,9 @@ def test_acceptance_sbatch_on_two_nodes(emulated_cluster, cluster, srun_mpi, tmp
     assert "check exit 0" in text, text[-3000:] + cluster.log_tail()
     mpi, pairs = assert_campaign_complete(out, job)
     assert mpi[0]["hosts"] == ["node0", "node1"] and mpi[0]["slurm"]["nodelist"] == "node[0-1]"
-    if (out / "torch.jsonl").exists():  # gloo across the nodes: rank 0's store found by its hostname
+    # the campaign runs torch.distributed where torch is installed (assert_campaign_complete checks the step ran):
+    # gloo across the nodes, rank 0's store found by its hostname
+    if importlib.util.find_spec("torch") is not None:
         assert read_jsonl(out / "torch.jsonl")[0]["hosts"] == ["node0", "node1"]
     assert all(r["pairs_inter_node"] == 1 for r in mpi if r["type"] == "result" and r["benchmark"] == "latency")
     assert all(p["unit"] == "host" and p["labels"] == ["node0", "node1"] for p in pairs)
-
-
-def test_the_by_hand_slurm_commands_of_the_docs():
-    """docs/emulated-cluster.md: up --slurm, srun across the nodes, down."""
-    name = f"docs{os.getpid()}"
-    cli = [sys.executable, str(REPO / "tests" / "emulated_cluster.py"), "--name", name]
-    try:
-        up = run_process([*cli, "up", "--nodes", "2", "--slurm"], timeout=90)
-        assert up.returncode == 0 and "node1  10.77.0.2" in up.stdout, up.output
-        srun = run_process([*cli, "srun", "--", "-N", "2", "hostname"], timeout=60)
-        assert srun.returncode == 0 and sorted(srun.stdout.split()) == ["node0", "node1"], srun.output
-    finally:
-        down = run_process([*cli, "down"], timeout=60)
-    assert down.returncode == 0, down.output

@@ -104,13 +104,23 @@ def test_other_tools_lines_and_other_machines_are_skipped_and_said(template, tmp
 def test_the_index_is_used_until_a_file_changes(template, tmp_path, capsys):
     files = nights(template, tmp_path / "year", 6)
     first = load_table([tmp_path / "year"])
+
+    def cached() -> int:
+        """How many files a scan takes from the index (decoding nothing)."""
+        reader = gate_index.PartReader(ScanNotes())
+        assert len(list(reader.parts(files))) == len(files)
+        return reader.notes.cached
+
+    assert cached() == len(files)  # the first load wrote the index
     with files[-1].open("a") as f:  # the nightly job appends another run to the last file
         f.write("".join(json.dumps(r) + "\n" for r in nightlies.night_lines(
             nightlies.read_template(template), nightlies.Plan(7), 6, nightlies.random.Random(3))))
+    assert cached() == len(files) - 1  # only the changed file is decoded again
     again = load_table([tmp_path / "year"])
     assert len(again.runs) == len(first.runs) + 1 and len(again) == len(first) + 4
     np_first, np_again = first.latency["p50"], again.latency["p50"]
     assert list(np_again[:len(np_first)]) == list(np_first)
+    assert cached() == len(files)  # and indexed anew
 
 
 class CountedPool(gate_index.ProcessPoolExecutor):

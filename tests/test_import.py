@@ -11,7 +11,7 @@ from fixtures.importers import make
 from microbench.cli import main as microbench_main
 from microbench.records.validate import file_problems, problems
 
-from conftest import read_jsonl
+from conftest import assert_figure, read_jsonl
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -238,7 +238,8 @@ def test_check_compare_history_and_plot_read_imported_records(capsys, tmp_path, 
     assert {r["verdict"] for r in rows} == {"regression?"} and rows[0]["ratio"] == pytest.approx(30.0 / 20.5)
     code, out, err = run_cli(capsys, "plot", str(imported_history), "-o", str(tmp_path / "plots"), "--stat", "avg")
     assert code == 0, err
-    assert (tmp_path / "plots" / "allreduce.png").stat().st_size > 1000
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["allreduce.png"]
+    assert_figure(tmp_path / "plots" / "allreduce.png")
 
 
 def test_omb_device_buffers_and_several_datatypes_in_one_section(capsys, tmp_path):

@@ -13,9 +13,14 @@ from conftest import microbench, mpiexec, read_jsonl, results_of, run_process
 NONBLOCKING = ["iallreduce", "iallgather", "ireduce_scatter", "ibroadcast", "ireduce", "ialltoall"]
 
 
-def _assert_overlap_records(out, nranks: int, loop: str | None = None) -> list[dict]:
+def _omb(overall: float, compute: float, pure: float) -> float:
+    """OMB's overlap, written out here: max(0, 100 - 100 (overall - compute) / pure), at most 100."""
+    return min(100.0, max(0.0, 100.0 - 100.0 * (overall - compute) / pure))
+
+
+def _assert_overlap_records(out, nranks: int, sizes: list[int], loop: str | None = None) -> list[dict]:
     res = results_of(out)
-    assert sorted({r["benchmark"] for r in res}) == sorted(NONBLOCKING)
+    assert sorted((r["benchmark"], r["size_bytes"]) for r in res) == sorted((b, s) for b in NONBLOCKING for s in sizes)
     for r in res:
         assert r["check"] == "pass" and r["ranks"] == nranks, r["benchmark"]
         assert loop is None or r["loop"] == loop
@@ -23,6 +28,10 @@ def _assert_overlap_records(out, nranks: int, loop: str | None = None) -> list[d
         for definition in ("omb", "imb"):
             pct = o["overlap_pct"][definition]
             assert all(0.0 <= pct[k] <= 100.0 for k in ("avg", "min", "max", "p50_based")), r["benchmark"]
+            assert pct["min"] <= pct["avg"] <= pct["max"], r["benchmark"]
+        # OMB's figure on the cross-rank means (what osu_i* prints), from the record's own means
+        assert o["overlap_pct"]["omb"]["of_means"] == pytest.approx(
+            _omb(o["overall_us"]["avg"], o["compute_us"]["avg"], o["pure_us"]["avg"]), rel=1e-6, abs=1e-6)
         assert o["overall_us"]["timing_ranks"] == nranks and o["num_tests"] == 2
         assert o["pure_us"]["avg"] == pytest.approx(r["latency_us"]["avg"], rel=1e-9)  # t_pure is the latency
     return res
@@ -31,10 +40,10 @@ def _assert_overlap_records(out, nranks: int, loop: str | None = None) -> list[d
 @pytest.mark.parametrize("nranks,loop", [(2, "native"), (4, "native"), (2, "python"), (2, "mpi4py")])
 def test_mpi_every_nonblocking_benchmark_checked(nranks, loop, tmp_path):
     out = tmp_path / "r.jsonl"
-    proc = microbench("run", "--np", str(nranks), *NONBLOCKING, "-m", "8,4K", "-i", "10", "-x", "2", "-c",
+    proc = microbench("run", "--np", str(nranks), *NONBLOCKING, "-m", "64,4K", "-i", "10", "-x", "2", "-c",
                       "--num-tests", "2", "--loop", loop, "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.output
-    _assert_overlap_records(out, nranks, "native" if loop == "native" else "python")
+    _assert_overlap_records(out, nranks, [64, 4096], "native" if loop == "native" else "python")
     run = read_jsonl(out)[0]
     assert run["conditions"]["progress"]["thread_level"] == "single"
     assert run["conditions"]["progress"]["asynchronous"] is False
@@ -60,7 +69,7 @@ def test_mpi_thread_level_and_progress_variables_are_recorded(tmp_path):
 def test_gloo_every_nonblocking_benchmark_checked(launcher, nranks, tmp_path):
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
     out = tmp_path / "r.jsonl"
-    args = ["run", "--backend", "torch", *NONBLOCKING, "-m", "8,1K", "-i", "5", "-x", "1", "-c", "--num-tests", "2",
+    args = ["run", "--backend", "torch", *NONBLOCKING, "-m", "64,1K", "-i", "5", "-x", "1", "-c", "--num-tests", "2",
             "--out", str(out)]
     if launcher == "torchrun":
         exe = shutil.which("torchrun")
@@ -69,7 +78,7 @@ def test_gloo_every_nonblocking_benchmark_checked(launcher, nranks, tmp_path):
     else:
         proc = mpiexec(nranks, *args, timeout=300)
     assert proc.returncode == 0, proc.output
-    res = _assert_overlap_records(out, nranks, "python")
+    res = _assert_overlap_records(out, nranks, [64, 1024], "python")
     assert all(r["torch_backend"] == "gloo" and r["call_path"] == "torch" for r in res)
     assert all(r["in_place"] is True for r in res if r["benchmark"] in ("iallreduce", "ireduce"))
     assert read_jsonl(out)[0]["conditions"]["progress"]["asynchronous"] is True  # gloo's own threads
@@ -97,7 +106,9 @@ def test_mpi_in_place_and_cold_cache_nonblocking(tmp_path):
                       "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.output
     res = results_of(out)
-    assert len(res) == 8 and all(r["in_place"] is True and r["check"] == "pass" and r["cache"] == "cold" for r in res)
+    assert sorted((r["benchmark"], r["size_bytes"]) for r in res) == sorted(
+        (b, s) for b in ("iallreduce", "iallgather", "ireduce_scatter", "ireduce") for s in (64, 4096))
+    assert all(r["in_place"] is True and r["check"] == "pass" and r["cache"] == "cold" for r in res)
     assert all(r["dtype"] == "int32" and r["pool_slots"] > 1 for r in res)
 
 

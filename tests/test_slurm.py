@@ -7,7 +7,7 @@ import sys
 import pytest
 import slurm_cluster
 
-from conftest import read_jsonl, results_of, run_process
+from conftest import assert_figure, read_jsonl, results_of, run_process
 
 why_not = slurm_cluster.missing()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
@@ -54,7 +54,8 @@ def test_srun_bad_input_ends_every_task(cluster, srun_mpi):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
     assert errors == ["microbench: error: bad size range '1M:1K': MIN (1048576 B) is larger than MAX (1024 B)"], \
         proc.output
-    assert "did not finish within" not in proc.stderr  # no task waited for the watchdog (timeout=120 above)
+    # a task left waiting would hang until its watchdog's default --timeout of 600 s, 5 times run_process's 120
+    assert "timeout:" not in proc.stderr, proc.output
 
 
 def test_acceptance_sbatch_campaign(cluster, srun_mpi, tmp_path):
@@ -70,7 +71,10 @@ def assert_campaign_complete(out, job: str) -> tuple[list[dict], list[dict]]:
     assert {r["benchmark"] for r in mpi if r["type"] == "result"} >= {"allreduce", "latency", "bw", "bibw"}
     pairs = [r for r in read_jsonl(out / "pairs.jsonl") if r["type"] == "result"]
     assert [r["metric"] for r in pairs] == ["latency", "bandwidth"]
-    assert any((out / "plots").glob("allreduce.png")) and any((out / "plots").glob("pairs-latency-*.png"))
+    figures = [out / "plots" / "allreduce.png", *sorted((out / "plots").glob("pairs-latency-*.png"))]
+    assert len(figures) >= 2, sorted((out / "plots").iterdir())
+    for figure in figures:
+        assert_figure(figure)
     assert (out / "junit.xml").read_text().startswith("<?xml")
     try:
         import torch  # noqa: F401

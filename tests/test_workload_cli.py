@@ -2,6 +2,7 @@
 sizes a workload file hands to microbench run --sizes-from."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -155,6 +156,16 @@ def test_weighting_table(capsys, tmp_path):
     code, out, _ = workload(capsys, "--model", "19M", "--scheme", "pp", "--pp", "2", "--results", str(runs),
                             "--stat", "avg")
     assert code == 0 and "latency statistic avg" in out and "(share of each size bin)" in out
+    # two sends of b*s*h = 8 MiB per iteration (one per direction across the one boundary), priced by hand: 8 MiB
+    # lies half way in log(size) between the measured 4 MiB (avg 3 + 4096 us) and 16 MiB (3 + 16384 us), so
+    # log-log interpolation gives their geometric mean; a recv costs nothing
+    send_us = 2 * math.sqrt((3 + 4096) * (3 + 16384))
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split()[:1] in (["send"], ["recv"]) and len(line.split()) == 6}
+    assert rows == {"recv": ["recv", "2", "0", "B", "0", "0.0%"],
+                    "send": ["send", "2", "16.0", "MiB", f"{send_us:.1f}", "100.0%"]}, out
+    assert f"# total {send_us:.1f} us per iteration" in out
+    assert "8388608      16777216  100.0%  100.0%  100.0%" in out  # every call in the 8 to 16 MiB bin
 
 
 @pytest.mark.parametrize("args,message", [
