@@ -1,5 +1,7 @@
 """Rank discovery from each launcher's environment."""
 
+import pytest
+
 from microbench.cluster.launch import discover
 
 
@@ -45,3 +47,38 @@ def test_torchrun():
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     info = discover(env)
     assert (info.launcher, info.rank, info.size, info.local_rank) == ("torchrun", 1, 2, 1)
+
+
+def test_torchrun_inside_srun_takes_the_workers_rank_not_the_srun_tasks():
+    # `srun -N 2 --ntasks-per-node=1 torchrun --nproc-per-node 4 ...`: worker 6 of 8, task 1 of srun's 2
+    env = {"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "PMIX_RANK": "1",
+           "RANK": "6", "WORLD_SIZE": "8", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "j1",
+           "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+    info = discover(env)
+    assert (info.launcher, info.rank, info.size, info.local_rank, info.local_size) == ("torchrun", 6, 8, 2, 4)
+
+
+def test_rank_and_world_size_by_hand_are_read_after_every_launcher():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}
+    assert (discover(env).launcher, discover(env).rank) == ("torchrun", 1)
+    env_srun = {**env, "SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0"}
+    assert (discover(env_srun).launcher, discover(env_srun).rank) == ("srun", 0)  # not torchrun's: Slurm's
+
+
+@pytest.mark.parametrize("variable", ["PALS_LOCAL_RANKID", "PMI_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                                      "FLUX_TASK_LOCAL_ID", "JSM_NAMESPACE_LOCAL_RANK"])
+def test_local_rank_of_other_launchers(variable):
+    # a PMIx or PMI launcher (Cray PALS, MVAPICH's mpirun_rsh, Flux, LSF jsrun) that names the local rank its own way
+    env = {"PMI_RANK": "5", "PMI_SIZE": "8", variable: "3"}
+    assert discover(env).local_rank == 3
+    assert discover({"PMIX_RANK": "5", variable: "1"}).local_rank == 1
+
+
+def test_a_device_rank_without_a_local_rank_is_refused_where_several_gpus_are_visible():
+    from microbench.errors import RunError
+    from microbench.measure.device import index_for_rank
+
+    assert index_for_rank(5, 4, None) == 1 and index_for_rank(5, 8, 4) == 1
+    assert index_for_rank(None, 1, None) == 0  # one GPU per rank (CUDA_VISIBLE_DEVICES): GPU 0 is right
+    with pytest.raises(RunError, match="cannot tell this rank's GPU: 4 GPUs are visible"):
+        index_for_rank(None, 4, None)

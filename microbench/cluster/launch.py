@@ -17,14 +17,22 @@ from dataclasses import dataclass
 
 from microbench.errors import RunError
 
-#: (rank, size, local rank, local size) variables of each launcher, most specific first.
+#: (rank, size, local rank, local size) variables of each launcher, most specific first. torchrun comes first
+#: when it started this process (TORCHELASTIC_RUN_ID): under ``srun ... torchrun`` its workers inherit the srun
+#: task's (and PMIx's) variables, which describe the task, not the worker.
 _LAUNCHER_VARS = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
     ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ("pmix", "PMIX_RANK", None, None, None),
     ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
     ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None),
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    ("torchrun-like", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
 )
+#: Local-rank variables of launchers whose rank variables are read above, most specific first: Open MPI, MPICH
+#: hydra, Cray PALS, PMI, MVAPICH, Flux, LSF jsrun, Slurm, torchrun.
+LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PALS_LOCAL_RANKID", "PMI_LOCAL_RANK",
+                   "MV2_COMM_WORLD_LOCAL_RANK", "FLUX_TASK_LOCAL_ID", "JSM_NAMESPACE_LOCAL_RANK", "SLURM_LOCALID",
+                   "LOCAL_RANK")
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,8 @@ def _under_srun_step(env: dict) -> bool:
 
 def _launcher_name(found: str, env: dict) -> str:
     """Name the program that started this rank: openmpi, mpich (hydra), srun, pmix, torchrun."""
+    if found == "torchrun":  # torchrun's workers, also under srun (the srun task is torchrun itself)
+        return "torchrun"
     if found == "openmpi":
         return "openmpi"
     if found == "mpich" and "MPI_LOCALRANKID" in env:
@@ -79,14 +89,18 @@ def discover(env: dict | None = None) -> LaunchInfo:
             continue
         if name == "slurm" and not _under_srun_step(env):
             continue
-        if name == "torchrun" and "TORCHELASTIC_RUN_ID" not in env and "MASTER_ADDR" not in env:
+        if name == "torchrun" and "TORCHELASTIC_RUN_ID" not in env:
             continue
+        if name == "torchrun-like":  # RANK/WORLD_SIZE set by hand for torch.distributed's env:// rendezvous
+            if "MASTER_ADDR" not in env:
+                continue
+            name = "torchrun"
         rank = _int_env(rank_var, env)
         if rank is None:
             continue
         local_rank = _int_env(local_var, env)
         if local_rank is None:
-            for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"):
+            for var in LOCAL_RANK_VARS:
                 local_rank = _int_env(var, env)
                 if local_rank is not None:
                     break

@@ -44,11 +44,20 @@ def cuda_runtime(buffer_kind: str):
     return torch, torch.cuda.device_count()
 
 
-def select_device(local_rank: int | None, count: int, gpus_per_node: int | None) -> int:
-    """One GPU per local rank: local rank modulo the GPUs per node (--gpus-per-node, else all visible)."""
+def index_for_rank(local_rank: int | None, count: int, gpus_per_node: int | None) -> int:
+    """This rank's GPU index: its local rank modulo the GPUs per node (--gpus-per-node, else all visible).
+
+    ``local_rank`` None (the launcher did not say) is GPU 0 only where one GPU is visible (one per rank, through
+    CUDA_VISIBLE_DEVICES); with several it is an error, never every rank on GPU 0."""
     per_node = gpus_per_node or count
     if per_node < 1:
         raise RunError("--gpus-per-node must be at least 1")
+    if local_rank is None and count > 1:
+        from microbench.cluster.launch import LOCAL_RANK_VARS
+
+        raise RunError(f"cannot tell this rank's GPU: {count} GPUs are visible and the launcher set none of "
+                       f"{', '.join(LOCAL_RANK_VARS)}; set one of them, or give each rank its own GPU with "
+                       f"CUDA_VISIBLE_DEVICES")
     index = (local_rank or 0) % per_node
     if index >= count:
         raise RunError(f"local rank {local_rank} maps to GPU {index} but only {count} are visible")

@@ -150,7 +150,7 @@ def select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
     before_init = not _mpi_initialized()
     kind = opts.buffer if opts.backend == "mpi" else "torch"
     module, count = device.cuda_runtime(kind)
-    index = device.select_device(launch.discover().local_rank, count, opts.gpus_per_node)
+    index = device.index_for_rank(launch.discover().local_rank, count, opts.gpus_per_node)
     if kind == "cupy":
         module.cuda.Device(index).use()
         name = module.cuda.runtime.getDeviceProperties(index)["name"].decode(errors="replace")
