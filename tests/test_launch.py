@@ -82,3 +82,11 @@ def test_a_device_rank_without_a_local_rank_is_refused_where_several_gpus_are_vi
     assert index_for_rank(None, 1, None) == 0  # one GPU per rank (CUDA_VISIBLE_DEVICES): GPU 0 is right
     with pytest.raises(RunError, match="cannot tell this rank's GPU: 4 GPUs are visible"):
         index_for_rank(None, 4, None)
+
+
+def test_ranks_sharing_a_gpu_are_found_by_host_and_uuid():
+    from microbench.measure.device import shared_gpus
+
+    gpus = [("a", "GPU-0"), ("a", "GPU-1"), ("b", "GPU-0"), ("a", "GPU-0"), ("b", None), ("b", None)]
+    assert shared_gpus(gpus) == {("a", "GPU-0"): [0, 3]}  # the same UUID on two hosts is two GPUs
+    assert shared_gpus([("a", "GPU-0"), ("a", "GPU-1")]) == {}

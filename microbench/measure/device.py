@@ -321,6 +321,16 @@ def device_uuid(buffer_kind: str, index: int) -> str | None:
         return None
 
 
+def shared_gpus(identities: list[tuple[str, str | None]]) -> dict[tuple[str, str], list[int]]:
+    """The physical GPUs (host, UUID) that more than one rank uses, with those ranks (``identities``: every
+    rank's (host, UUID) in rank order; an unknown UUID matches nothing)."""
+    ranks: dict[tuple[str, str], list[int]] = {}
+    for rank, (host, uuid) in enumerate(identities):
+        if uuid:
+            ranks.setdefault((host, uuid), []).append(rank)
+    return {gpu: members for gpu, members in ranks.items() if len(members) > 1}
+
+
 def ranks_sharing(identities: list[tuple[str, str]], mine: tuple[str, str]) -> int:
     """How many ranks use the same physical GPU as this one: equal (host, GPU identity) pairs."""
     return max(1, sum(1 for identity in identities if identity == mine))

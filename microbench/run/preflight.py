@@ -169,19 +169,38 @@ def check_run(opts: RunOptions, world, layout, transport) -> None:
     """Collective: every check that needs the ranks, their hosts or the transport; raises on every rank."""
     error = None
     identities = gpu_identities(world, transport)
-    try:
+    try:  # this rank's own checks: none is collective, so one rank's failure cannot leave the others waiting
         validate_for_ranks(opts, world.nranks, layout.local_ranks)
         if world.rank == 0:
             check_writable(opts)
+        check_gpu_sharing(transport, identities)
         if transport.device.kind == "cuda":
             space = device_space(transport, identities, layout.local_ranks)
             check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
         for name in opts.benchmarks:
+            check_nonblocking(COLLECTIVES[name], transport)
+    except (UsageError, RunError) as exc:
+        error = exc
+    agree.raise_if_any(world.reducer, error)  # every rank knows of any failure before the collective checks
+    try:  # torch's check reduces a probe on the benchmark's group: every rank takes part
+        for name in opts.benchmarks:
             coll = COLLECTIVES[name]
-            check_nonblocking(coll, transport)
             why = transport.backend.check_dtype(dtype_for(opts, coll), coll.reduces, opts.op)
             if why:
                 raise UsageError(f"{name}: {why}")
     except (UsageError, RunError) as exc:
         error = exc
     agree.raise_if_any(world.reducer, error)
+
+
+def check_gpu_sharing(transport, identities: list[tuple[str, str | None]]) -> None:
+    """NCCL needs one GPU per rank: ranks that share a physical GPU (the same host and UUID) are refused in one
+    line, before NCCL fails them with "Duplicate GPU detected" inside a collective."""
+    from microbench.measure.device import shared_gpus
+
+    shared = shared_gpus(identities)
+    if shared and (transport.torch_meta or {}).get("backend") == "nccl":
+        (host, uuid), ranks = next(iter(shared.items()))
+        raise UsageError(f"ranks {', '.join(map(str, ranks))} share GPU {uuid} on {host}: NCCL needs one GPU per "
+                         f"rank (start as many ranks per node as GPUs, or give each rank its own with "
+                         f"CUDA_VISIBLE_DEVICES)")
