@@ -178,7 +178,8 @@ def _decode_one_by_one(decoder, data: bytes, path: Path) -> tuple[list, list[int
                 continue
             if raw.get("type") == "run":
                 _check_schema(raw.get("schema"), f"{path}:{lineno}")
-            raise UsageError(f"{path}:{lineno}: a {raw['type']} record that breaks the schema: "
+            article = "an" if raw["type"] == "end" else "a"
+            raise UsageError(f"{path}:{lineno}: {article} {raw['type']} record that breaks the schema: "
                              f"{printable(str(exc))}") from None
         except msgspec.DecodeError:
             bad.append(lineno)
@@ -201,7 +202,7 @@ def _check_schema(schema: Any, where: Path | str) -> None:
     if schema is None:
         return
     if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise UsageError(f"{where}: record schema {printable(repr(schema))} is not a schema version (a whole "
+        raise UsageError(f"{where}: record schema {printable(repr(schema))[:40]} is not a schema version (a whole "
                          f"number; this microbench reads {SCHEMA_VERSION})")
     if schema > SCHEMA_VERSION:
         raise UsageError(f"{where}: record schema {schema} is newer than this microbench reads ({SCHEMA_VERSION}); "
