@@ -70,6 +70,8 @@ def check_record(rec: dict) -> str | None:
         value = rec.get(name)
         if value is not None and not (isinstance(value, int) and _number(value, low, MAX_COUNT)):
             return f"{name}: {printable(repr(value))[:40]} is not a whole number from {low} to 2**62"
+    if rec.get("check") is not None and not isinstance(rec["check"], str):
+        return "check: not a string"
     latency = rec.get("latency_us")
     if latency is not None:
         if not isinstance(latency, dict):

@@ -20,13 +20,13 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Optional
+from typing import Annotated, Any, Iterable, Optional, Union
 
 import msgspec
 
 from microbench.errors import UsageError, printable
 from microbench.records.files import find_jsonl, read_capped
-from microbench.results.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
+from microbench.results.keys import DERIVED_WHEN_ABSENT, OPTION_FIELDS, RAW_FIELDS
 from microbench.results.metrics import LATENCY_STATS
 from microbench.records import SCHEMA_VERSION
 
@@ -58,7 +58,14 @@ TYPED_FIELDS = {"type": Optional[str], "run_id": Optional[str], "time_utc": Opti
                 "ranks": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
                 "requested_bytes": Optional[_BYTES], "algbw_bytes": Optional[_NONNEGATIVE],
                 "busbw_factor": Optional[_NONNEGATIVE], "algbw_gbps": Optional[_NONNEGATIVE],
-                "busbw_gbps": Optional[_NONNEGATIVE]}
+                "busbw_gbps": Optional[_NONNEGATIVE], "check": Optional[str],
+                "window": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
+                "root": Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]]}
+#: the other option fields of the key, as ``keys.OPTION_FIELDS`` types them (``device`` is an object on a run
+#: line and a string on a result: not typed; ``call_path`` and ``mpi_call`` may be absent, UNSET)
+TYPED_FIELDS.update({name: Optional[kind] if name not in DERIVED_WHEN_ABSENT else Union[kind, None, msgspec.UnsetType]
+                     for name, kind in OPTION_FIELDS.items()
+                     if name not in TYPED_FIELDS and name not in ("device", "checked")})
 
 
 #: Of a record's ``stragglers`` block only the skew (slowest over fastest rank mean) is read.
