@@ -21,6 +21,7 @@ import pytest
 from conftest import run_process
 from fixtures.gate.synth import pairs_result, private_index, result, run_line, write_run
 
+from microbench.records import read_runs
 from microbench.results.load import load_table
 from microbench.workload.traces.jsonread import MAX_ELEMENT_BYTES
 
@@ -93,10 +94,13 @@ def test_fifo_device_and_folder_named_jsonl_are_skipped_with_a_note(tmp_path, sp
     lines_file(folder / "foreign-good.jsonl", good_run())
     os.mkfifo(folder / "foreign-pipe.jsonl")
     (folder / "foreign-zero.jsonl").symlink_to("/dev/zero")
+    (folder / "foreign-sub.jsonl").mkdir()  # a folder named like a file: walked into by every reader alike
+    lines_file(folder / "foreign-sub.jsonl" / "foreign-inner.jsonl", good_run("run1"))
     for verb in (["check", folder, "--spec", spec], ["report", folder, "-o", tmp_path / "r.html"]):
         done = mb(tmp_path, *verb)
         assert done.returncode == 0, done.output
         assert "skipped 2 name(s) that are not regular files" in done.stderr or verb[0] == "report", done.stderr
+    assert {r.run_id for r in read_runs([folder])} == {r.run_id for r in load_table([folder]).runs} == {"run0", "run1"}
 
 
 def test_a_file_over_the_size_cap_is_one_error(tmp_path, spec):
