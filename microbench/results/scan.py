@@ -8,10 +8,14 @@ from run lines the conditions a report names (hosts, MPI library, versions, envi
 field is skipped by the decoder without building a Python object, which is what makes a year of
 nightlies a second's work (docs/results-at-scale.md has the measurements).
 
-What the scanner tolerates, and says: a line that is not JSON (a truncated or corrupt line, anywhere in a
-file) is skipped and noted with its file and line number; a JSON line that is not a microbench record
-(no ``type`` of run/result/end: another tool's import) is skipped and counted. A run line whose schema is
-newer than this reader is a UsageError that names the file: its fields may mean something else.
+Files are found and opened as every reader does (``records.files``: regular files below folders, each
+folder once, a size cap, a leading byte-order mark dropped). What the scanner tolerates, and says: a line
+that is not JSON (a truncated or corrupt line, anywhere in a file) is skipped and noted with its file and
+line number; a JSON line that is not a microbench record (no ``type`` of run/result/end: another tool's
+import) is skipped and counted. What it refuses, naming the file and line (UsageError): a run line whose
+schema is not one this reader knows (checked on the line as written, before its other fields: they may
+mean something else), and a microbench record whose fields break the schema (``TYPED_FIELDS``: a type, a
+negative latency or bandwidth, a size beyond ``MAX_COUNT``), bytes that are not UTF-8, nesting too deep.
 """
 
 from __future__ import annotations
