@@ -241,7 +241,8 @@ def test_an_import_refuses_impossible_values_and_writes_nothing(tmp_path, value)
     log.write_text(OMB_HEAD + f"8  {value}\n")
     out = tmp_path / "foreign-out.jsonl"
     one_error(mb(tmp_path, "import", "omb", log, "--ranks", "2", "--out", out),
-              re.escape(f"{log.name}:3: latency avg ") + r"\S+ us is not a finite number of at least 0; nothing imported")
+              re.escape(f"{log.name}:3: latency avg ")
+              + r"\S+ us is not a finite number of at least 0; nothing imported")
     assert not out.exists()
 
 
@@ -285,8 +286,8 @@ def test_one_huge_trace_element_is_refused_in_bounded_memory(tmp_path):
             f.write(b"0," * (1 << 19))
         f.write(b'0]}}]}')
     done = mb(tmp_path, "workload", "--trace", path, rss_bound=BASE_RSS + 8 * MAX_ELEMENT_BYTES)
-    one_error(done, re.escape(f"cannot read trace {path.name}: one JSON element holds more than {MAX_ELEMENT_BYTES} bytes")
-              + ".*")
+    one_error(done, re.escape(f"cannot read trace {path.name}: one JSON element holds more than "
+                              f"{MAX_ELEMENT_BYTES} bytes") + ".*")
 
 
 def test_a_run_of_backslashes_in_a_trace_is_linear(tmp_path):

@@ -117,7 +117,8 @@ def _import(runs) -> None:
     import_cli._records([(run, "0" * 64) for run in runs])
 
 
-OMB_HEAD = "# OSU MPI Allreduce Latency Test v7.4\n# Size  Avg Latency(us)  Min Latency(us)  Max Latency(us)  Iterations\n"
+OMB_HEAD = ("# OSU MPI Allreduce Latency Test v7.4\n"
+            "# Size  Avg Latency(us)  Min Latency(us)  Max Latency(us)  Iterations\n")
 tokens = st.one_of(st.integers(-(10 ** 40), 10 ** 40).map(str), st.floats().map(repr),
                    st.sampled_from(["nan", "inf", "-inf", "1e400", "N/A", "-0", ""]), st.text(max_size=5))
 
