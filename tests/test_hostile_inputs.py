@@ -21,6 +21,7 @@ import pytest
 from conftest import run_process
 from fixtures.gate.synth import pairs_result, private_index, result, run_line, write_run
 
+from microbench.records import read_runs
 from microbench.results.load import load_table
 from microbench.workload.traces.jsonread import MAX_ELEMENT_BYTES
 
@@ -93,10 +94,13 @@ def test_fifo_device_and_folder_named_jsonl_are_skipped_with_a_note(tmp_path, sp
     lines_file(folder / "foreign-good.jsonl", good_run())
     os.mkfifo(folder / "foreign-pipe.jsonl")
     (folder / "foreign-zero.jsonl").symlink_to("/dev/zero")
+    (folder / "foreign-sub.jsonl").mkdir()  # a folder named like a file: walked into by every reader alike
+    lines_file(folder / "foreign-sub.jsonl" / "foreign-inner.jsonl", good_run("run1"))
     for verb in (["check", folder, "--spec", spec], ["report", folder, "-o", tmp_path / "r.html"]):
         done = mb(tmp_path, *verb)
         assert done.returncode == 0, done.output
         assert "skipped 2 name(s) that are not regular files" in done.stderr or verb[0] == "report", done.stderr
+    assert {r.run_id for r in read_runs([folder])} == {r.run_id for r in load_table([folder]).runs} == {"run0", "run1"}
 
 
 def test_a_file_over_the_size_cap_is_one_error(tmp_path, spec):
@@ -237,7 +241,8 @@ def test_an_import_refuses_impossible_values_and_writes_nothing(tmp_path, value)
     log.write_text(OMB_HEAD + f"8  {value}\n")
     out = tmp_path / "foreign-out.jsonl"
     one_error(mb(tmp_path, "import", "omb", log, "--ranks", "2", "--out", out),
-              re.escape(f"{log.name}:3: latency avg ") + r"\S+ us is not a finite number of at least 0; nothing imported")
+              re.escape(f"{log.name}:3: latency avg ")
+              + r"\S+ us is not a finite number of at least 0; nothing imported")
     assert not out.exists()
 
 
@@ -281,8 +286,8 @@ def test_one_huge_trace_element_is_refused_in_bounded_memory(tmp_path):
             f.write(b"0," * (1 << 19))
         f.write(b'0]}}]}')
     done = mb(tmp_path, "workload", "--trace", path, rss_bound=BASE_RSS + 8 * MAX_ELEMENT_BYTES)
-    one_error(done, re.escape(f"cannot read trace {path.name}: one JSON element holds more than {MAX_ELEMENT_BYTES} bytes")
-              + ".*")
+    one_error(done, re.escape(f"cannot read trace {path.name}: one JSON element holds more than "
+                              f"{MAX_ELEMENT_BYTES} bytes") + ".*")
 
 
 def test_a_run_of_backslashes_in_a_trace_is_linear(tmp_path):

@@ -70,13 +70,16 @@ def check_record(rec: dict) -> str | None:
         value = rec.get(name)
         if value is not None and not (isinstance(value, int) and _number(value, low, MAX_COUNT)):
             return f"{name}: {printable(repr(value))[:40]} is not a whole number from {low} to 2**62"
+    if rec.get("check") is not None and not isinstance(rec["check"], str):
+        return "check: not a string"
     latency = rec.get("latency_us")
     if latency is not None:
         if not isinstance(latency, dict):
             return "latency_us: not an object"
         for stat, value in latency.items():
             if stat != "over" and not _number(value):
-                return f"latency_us.{printable(str(stat))[:40]}: {printable(repr(value))[:40]} is not a finite number >= 0"
+                shown = printable(repr(value))[:40]
+                return f"latency_us.{printable(str(stat))[:40]}: {shown} is not a finite number >= 0"
     for name in ("algbw_gbps", "busbw_gbps", "algbw_bytes", "busbw_factor"):
         value = rec.get(name)
         if value is not None and not _number(value):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from microbench.records import schema_path
+from microbench.records.files import read_capped
 
 RECORD_TYPES = ("run", "result", "end", "samples", "cycle", "soak", "bisect")
 
@@ -34,16 +35,26 @@ def problems(record: object) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path)) or '(record)'}: {e.message[:300]}" for e in errors]
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def file_problems(path: str | Path) -> list[str]:
     """Every problem of every line of a JSONL file, as 'file:line: ...' (an unparsable line is one)."""
     out = []
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
+    for lineno, raw in enumerate(read_capped(Path(path)).split(b"\n"), 1):
+        if not raw.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            out.append(f"{path}:{lineno}: not JSON ({exc.msg})")
+            record = json.loads(raw.decode(), parse_constant=_no_constant)
+        except UnicodeDecodeError:
+            out.append(f"{path}:{lineno}: not UTF-8 text")
+            continue
+        except RecursionError:
+            out.append(f"{path}:{lineno}: JSON nested too deeply")
+            continue
+        except ValueError as exc:  # JSONDecodeError, NaN and infinities
+            out.append(f"{path}:{lineno}: not JSON ({getattr(exc, 'msg', exc)})")
             continue
         out.extend(f"{path}:{lineno}: {p}" for p in problems(record))
     return out

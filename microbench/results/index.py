@@ -43,7 +43,9 @@ from microbench.results.parts import FilePart, PartMaker
 from microbench.results.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
 
-FORMAT = 6  #: the entry layout (6: overlap_pct only, strings cleaned); entries of another layout, schema or key fields are never read
+#: the entry layout (7: option fields typed as the schema declares, so a file refused now may have an entry of an
+#: earlier format); entries of another layout, schema or set of key fields are never read
+FORMAT = 7
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers

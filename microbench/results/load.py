@@ -7,6 +7,7 @@ import gc
 import hashlib
 import os
 import sys
+from pathlib import Path
 from typing import Callable, Iterable
 
 import msgspec
@@ -17,8 +18,8 @@ from microbench.results.columns import RunInfo, Table
 from microbench.results.keys import ConfigKey
 from microbench.results.metrics import LATENCY_STATS
 from microbench.results.index import PartReader
-from microbench.results.parts import NUMBERS, PART_STATS, FilePart
-from microbench.results.scan import ScanNotes, jsonl_paths
+from microbench.results.parts import NUMBERS, PART_STATS, FilePart, PartMaker
+from microbench.results.scan import ScanNotes, decode_file, jsonl_paths
 from microbench.results.selection import Selection, mixture_notes
 from microbench.results.tablebuild import TableBuilder
 
@@ -59,26 +60,39 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
 
 
 class RunCopies:
-    """Each run id's first file and a digest of its contents (run line, end line, every row), to tell an
-    identical copy of a run (read once) from a different run under the same id (an error)."""
+    """Each run id's first file, to tell an identical copy of a run (read once) from a different run under the
+    same id (an error). Contents are compared (``run_digests``) only when an id comes again: the first file's
+    part is then made again from the file, so reading distinct runs costs one look-up per run."""
 
     def __init__(self):
-        self.first: dict[str, tuple[bytes, str]] = {}
+        self.first: dict[str, str] = {}
+        self.parts: dict[str, FilePart] = {}  #: first files made again, by path
 
     def check(self, part: FilePart, source: str) -> None:
-        ids = [meta.get("run_id") for meta in part.runs]
-        if not any(isinstance(i, str) for i in ids):
+        again = []
+        for run, meta in enumerate(part.runs):
+            run_id = meta.get("run_id")
+            if isinstance(run_id, str):
+                if run_id in self.first:
+                    again.append((run, run_id))
+                else:
+                    self.first[run_id] = source
+        if not again:
             return
-        for run, digest in run_digests(part).items():
-            run_id = ids[run]
-            if not isinstance(run_id, str):
-                continue
-            seen = self.first.get(run_id)
-            if seen is None:
-                self.first[run_id] = (digest, source)
-            elif seen[0] != digest:
-                raise UsageError(f"run {printable(run_id)!r} is in {seen[1]} and in {source} with different "
+        digests = run_digests(part)
+        for run, run_id in again:
+            first = self.first[run_id]
+            earlier = part if first == source else self._part(first)
+            mine = digests[run]
+            theirs = [d for i, d in run_digests(earlier).items() if earlier.runs[i].get("run_id") == run_id]
+            if any(d != mine for d in theirs):
+                raise UsageError(f"run {printable(run_id)!r} is in {first} and in {source} with different "
                                  "contents; leave one of them out")
+
+    def _part(self, path: str) -> FilePart:
+        if path not in self.parts:
+            self.parts[path] = PartMaker().make(decode_file(Path(path)), [])
+        return self.parts[path]
 
 
 def run_digests(part: FilePart) -> dict[int, bytes]:

@@ -8,10 +8,14 @@ from run lines the conditions a report names (hosts, MPI library, versions, envi
 field is skipped by the decoder without building a Python object, which is what makes a year of
 nightlies a second's work (docs/results-at-scale.md has the measurements).
 
-What the scanner tolerates, and says: a line that is not JSON (a truncated or corrupt line, anywhere in a
-file) is skipped and noted with its file and line number; a JSON line that is not a microbench record
-(no ``type`` of run/result/end: another tool's import) is skipped and counted. A run line whose schema is
-newer than this reader is a UsageError that names the file: its fields may mean something else.
+Files are found and opened as every reader does (``records.files``: regular files below folders, each
+folder once, a size cap, a leading byte-order mark dropped). What the scanner tolerates, and says: a line
+that is not JSON (a truncated or corrupt line, anywhere in a file) is skipped and noted with its file and
+line number; a JSON line that is not a microbench record (no ``type`` of run/result/end: another tool's
+import) is skipped and counted. What it refuses, naming the file and line (UsageError): a run line whose
+schema is not one this reader knows (checked on the line as written, before its other fields: they may
+mean something else), and a microbench record whose fields break the schema (``TYPED_FIELDS``: a type, a
+negative latency or bandwidth, a size beyond ``MAX_COUNT``), bytes that are not UTF-8, nesting too deep.
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Optional
+from typing import Annotated, Any, Iterable, Optional, Union
 
 import msgspec
 
 from microbench.errors import UsageError, printable
 from microbench.records.files import find_jsonl, read_capped
-from microbench.results.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
+from microbench.results.keys import DERIVED_WHEN_ABSENT, OPTION_FIELDS, RAW_FIELDS
 from microbench.results.metrics import LATENCY_STATS
 from microbench.records import SCHEMA_VERSION
 
@@ -58,7 +62,14 @@ TYPED_FIELDS = {"type": Optional[str], "run_id": Optional[str], "time_utc": Opti
                 "ranks": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
                 "requested_bytes": Optional[_BYTES], "algbw_bytes": Optional[_NONNEGATIVE],
                 "busbw_factor": Optional[_NONNEGATIVE], "algbw_gbps": Optional[_NONNEGATIVE],
-                "busbw_gbps": Optional[_NONNEGATIVE]}
+                "busbw_gbps": Optional[_NONNEGATIVE], "check": Optional[str],
+                "window": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
+                "root": Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]]}
+#: the other option fields of the key, as ``keys.OPTION_FIELDS`` types them (``device`` is an object on a run
+#: line and a string on a result: not typed; ``call_path`` and ``mpi_call`` may be absent, UNSET)
+TYPED_FIELDS.update({name: Optional[kind] if name not in DERIVED_WHEN_ABSENT else Union[kind, None, msgspec.UnsetType]
+                     for name, kind in OPTION_FIELDS.items()
+                     if name not in TYPED_FIELDS and name not in ("device", "checked")})
 
 
 #: Of a record's ``stragglers`` block only the skew (slowest over fastest rank mean) is read.
@@ -178,7 +189,8 @@ def _decode_one_by_one(decoder, data: bytes, path: Path) -> tuple[list, list[int
                 continue
             if raw.get("type") == "run":
                 _check_schema(raw.get("schema"), f"{path}:{lineno}")
-            raise UsageError(f"{path}:{lineno}: a {raw['type']} record that breaks the schema: "
+            article = "an" if raw["type"] == "end" else "a"
+            raise UsageError(f"{path}:{lineno}: {article} {raw['type']} record that breaks the schema: "
                              f"{printable(str(exc))}") from None
         except msgspec.DecodeError:
             bad.append(lineno)
@@ -201,7 +213,7 @@ def _check_schema(schema: Any, where: Path | str) -> None:
     if schema is None:
         return
     if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise UsageError(f"{where}: record schema {printable(repr(schema))} is not a schema version (a whole "
+        raise UsageError(f"{where}: record schema {printable(repr(schema))[:40]} is not a schema version (a whole "
                          f"number; this microbench reads {SCHEMA_VERSION})")
     if schema > SCHEMA_VERSION:
         raise UsageError(f"{where}: record schema {schema} is newer than this microbench reads ({SCHEMA_VERSION}); "

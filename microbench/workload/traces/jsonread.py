@@ -47,6 +47,8 @@ def elements(source: TraceSource, prefix: str, notes: list[str], limit: int = MA
         for item in ijson.items(stream, prefix, use_float=True, buf_size=BLOCK):
             stream.since = 0
             yield item
+    except MemoryError:
+        raise UsageError(f"cannot read trace {source.path}: out of memory building one JSON element") from None
     except ijson.JSONError as exc:
         reason = _first_line(exc)
         if not source.partial:
