@@ -98,8 +98,8 @@ def summarize(samples_us: np.ndarray | None, reducer: Reducer) -> dict | None:
 
 
 def bandwidth_gbps(nbytes: float, latency_us: float) -> float:
-    """Bytes per latency as GB/s (1 GB = 1e9 bytes); 0 when latency is 0."""
-    return nbytes / (latency_us * 1e-6) / 1e9 if latency_us > 0 else 0.0
+    """Bytes per latency as GB/s (1 GB = 1e9 bytes); 0 when latency is 0 (inf for a latency too small to hold)."""
+    return nbytes / latency_us / 1e3 if latency_us > 0 else 0.0
 
 
 def first_call_summary(values: list[float] | None, reducer) -> dict | None:

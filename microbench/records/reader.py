@@ -114,7 +114,7 @@ def read_runs(paths: Iterable[str | os.PathLike], strict: bool = False) -> list[
                 continue
             if not isinstance(rec, dict):
                 continue
-            if b"\\u00" in line or b"\xc2" in line or b"\x7f" in line:  # maybe a control character to replace
+            if b"\\" in line or b"\xc2" in line or b"\x7f" in line:  # maybe a control character (an escape: \\r, \\u001b)
                 rec = clean(rec)
             kind = rec.get("type")
             if kind in ("run", "result", "end"):
