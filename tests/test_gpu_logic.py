@@ -108,6 +108,33 @@ def test_the_barrier_comes_after_capture(comm_self, check):
     pool.close()
 
 
+@pytest.mark.parametrize("replays_before", [False, True])
+def test_cold_cache_flushes_again_after_a_timed_phase_that_ran_its_slots(comm_self, replays_before):
+    # a CUDA graph loop replays every timed graph once in begin_timed: the slots the timed replays use are then
+    # warm, so under cold cache the engine must flush again between begin_timed and the barrier
+    _, backend = comm_self
+    log: list = []
+    pool = _pool(3)
+    ctx = Context(rank=0, nranks=1)
+    calls = [ALLREDUCE.build(backend, slot, ctx) for slot in pool.slots]
+    loop = _RecordingLoop(log)
+    loop.runs_timed_slots_before = replays_before
+    settings = engine.LoopSettings(iterations=6, warmup=2, flush_before=lambda: log.append(("flush",)))
+    engine.measure(ALLREDUCE, ctx, pool.slots, calls, loop, settings, lambda: log.append(("barrier",)),
+                   lambda v: v, timing=True)
+    after = [e[0] for e in log[[e[0] for e in log].index("begin_timed") + 1:]]
+    assert after[:2] == (["flush", "barrier"] if replays_before else ["barrier", "run"])
+    assert [e[0] for e in log].count("flush") == (2 if replays_before else 1)
+    pool.close()
+
+
+def test_the_graph_loop_says_it_runs_the_timed_slots_before():
+    from microbench.measure.gpu_loops import CudaEventLoop, CudaGraphLoop
+
+    assert CudaGraphLoop.runs_timed_slots_before and not CudaEventLoop.runs_timed_slots_before
+    assert not PythonLoop.runs_timed_slots_before
+
+
 # ------------------------------------------------------------------------------ memory and staging
 def test_ranks_share_a_gpu_only_when_it_is_the_same_gpu():
     # srun --gpus-per-task=1: each process sees one GPU, a different one: nobody shares

@@ -134,6 +134,8 @@ def _measure_apart(phase: _Phase, barrier, agree_max, hooks: SizeHooks):
         iterations, estimate = _budget_iterations(phase, warm, agree_max)
     each = settings.check or phase.sync is not None  # the timed iterations run one at a time
     phase.loop.begin_timed(phase.prepared, iterations, phase.position % len(phase.slots), each)
+    if settings.flush_before is not None and phase.loop.runs_timed_slots_before:
+        settings.flush_before()  # cold: begin_timed ran the timed iterations' own slots (a graph's untimed replay)
     barrier()
     hooks.before_timed_loop()
     if settings.check:

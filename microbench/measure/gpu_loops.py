@@ -167,13 +167,15 @@ class _GraphCalls(list):
 class CudaGraphLoop(CudaEventLoop):
     """The timed iterations replay CUDA graphs captured before them; the first call and warmup run eagerly.
 
-    As nccl-tests: every graph of the timed phase is captured and replayed once (untimed: the upload and
-    first-use work) in ``begin_timed``, then the engine's barrier aligns the ranks, then the timed replays
+    Every graph of the timed phase is captured and replayed once (untimed: the upload and first-use work; nccl-tests
+    captures but does not replay) in ``begin_timed``; under cold cache the engine then flushes again (the replay
+    touched the very slots the timed replays use), then its barrier aligns the ranks, then the timed replays
     start. Lean loop: ceil(iterations / G) replays, one sample each (its time / G).
     """
 
     timer = last_timer = "cuda_graph"
     separate_warmup = True
+    runs_timed_slots_before = True  #: the untimed replay of every graph in begin_timed
 
     def prepare(self, calls):
         self.graph = None

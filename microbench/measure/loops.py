@@ -85,6 +85,9 @@ class TimedLoop(Protocol):
     launch: LaunchFacts | None
     #: the loop must be told where the timed iterations begin (``begin_timed``), so warmup runs apart
     separate_warmup: bool
+    #: ``begin_timed`` runs the timed iterations' own slots once (an untimed graph replay): under cold cache the
+    #: engine flushes again after it
+    runs_timed_slots_before: bool
 
     def prepare(self, calls: Sequence) -> Any:
         """Once per size: the loop's own form of the per-slot calls."""
@@ -126,6 +129,7 @@ class LoopBase:
     graph: GraphDetails | None = None
     launch: LaunchFacts | None = None
     separate_warmup = False
+    runs_timed_slots_before = False
 
     def begin_timed(self, prepared: Any, iterations: int, start: int, each: bool) -> None:
         return None
