@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 # The test-only fault hooks (microbench/measure/testhooks.py) act only with this set; the suite sets it for every
 # process it starts, and a test that checks the gate itself removes it.
 os.environ["MICROBENCH_TESTING"] = "1"
+# ... so a fault hook left in the calling shell (MICROBENCH_TEST_*) would act in every test: the tests set their own
+for _name in [n for n in os.environ if n.startswith("MICROBENCH_TEST_")]:
+    del os.environ[_name]
 
 
 # ------------------------------------------------------------------------------ required groups

@@ -21,6 +21,10 @@ from microbench.run.diagnostics import outliers as outlier_rule
 from conftest import REPO, read_jsonl, results_of, run_process
 
 SLOW, RATE_MBIT = "node2", 50
+RUN_LIMIT_S = 240  #: run_process's limit for one pairs run across the nodes
+# pytest-timeout's limit covers the module fixture's setup too: its two throttled runs, plus a minute of margin
+# for the check and the cluster's own commands (the project's 300 s default would cut the second run short)
+pytestmark = pytest.mark.timeout(2 * RUN_LIMIT_S + 60)
 SPEC = REPO / "scripts" / "specs" / "emulated-cluster.toml"
 
 # Bandwidth matrices (GB/s, 64 KiB, window 8) measured on the emulated cluster with node2 at 50 Mbit/s.
@@ -70,7 +74,7 @@ def throttled_runs(emulated_cluster, mpi_lib, tmp_path_factory):
             cmd, env = emulated_cluster.microbench_command(
                 ["run", "pairs", "-m", "8,64K", "-i", "10", "-x", "2", "-W", "8", "--out", str(out)],
                 per_node=1, hosts=emulated_cluster.hosts[:nodes])
-            proc = run_process(cmd, env=env, timeout=240)
+            proc = run_process(cmd, env=env, timeout=RUN_LIMIT_S)
             assert proc.returncode == 0, proc.output
             runs[nodes] = out
     return runs
@@ -129,7 +133,7 @@ def test_check_passes_the_same_cluster_unthrottled(emulated_cluster, tmp_path):
         ["run", "pairs", "-m", "8,64K", "-i", "10", "-x", "2", "-W", "8", "--out", str(out)],
         per_node=1, hosts=emulated_cluster.hosts[:4])
     assert "tbf" not in emulated_cluster.qdisc(SLOW)
-    proc = run_process(cmd, env=env, timeout=240)
+    proc = run_process(cmd, env=env, timeout=RUN_LIMIT_S)
     assert proc.returncode == 0, proc.output
     code, text = _check(out)
     assert "rule 2 PASS: slowest link above 160 Mbit/s" in text, text
