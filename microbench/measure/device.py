@@ -239,8 +239,25 @@ class DevicePool:
         return self.host.huge_page_bytes()
 
     def close(self) -> None:
+        """Drop the slots and give their device memory back to the driver: the caching allocators (torch's,
+        cupy's pool) would otherwise keep the largest size's pool reserved, out of reach of NCCL's own
+        allocations (a later communicator, its runtime connections) and of the next preflight's free memory."""
         self.device_slots = []
         self.host.close()
+        if self.kind == "cuda" and self.buffer_kind in ("torch", "cupy"):
+            release_device_memory(self.buffer_kind)
+
+
+def release_device_memory(buffer_kind: str) -> None:
+    """Free the caching allocator's unused blocks (torch.cuda.empty_cache, or cupy's pool free_all_blocks)."""
+    if buffer_kind == "cupy":
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    else:
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def staged_copies(host: Buffers, device: Buffers) -> tuple[list, list]:
