@@ -320,6 +320,8 @@ class DeviceChoice:
     uuid: str | None = None
     #: the GPU was made current before MPI_Init (UCX and Open MPI pick the NICs near it at init)
     selected_before_mpi_init: bool | None = None
+    bus_id: str | None = None  #: the GPU's PCI bus id (domain:bus:device.function), where the library says
+    runtime: str | None = None  #: "cuda" or "rocm" (a ROCm build of torch: HIP behind torch.cuda, RCCL behind NCCL)
 
 
 def device_uuid(buffer_kind: str, index: int) -> str | None:
@@ -336,6 +338,35 @@ def device_uuid(buffer_kind: str, index: int) -> str | None:
         return str(value) if value else None
     except Exception:  # noqa: BLE001 - informative only; the count-based guess is used instead
         return None
+
+
+def device_bus_id(buffer_kind: str, index: int) -> str | None:
+    """The GPU's PCI bus id, "0000:3b:00.0" (None where the library does not say)."""
+    try:
+        if buffer_kind == "cupy":
+            import cupy
+
+            return cupy.cuda.runtime.deviceGetPCIBusId(index).lower()
+        import torch
+
+        p = torch.cuda.get_device_properties(index)
+        return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def gpu_runtime(buffer_kind: str) -> str:
+    """"rocm" where torch is a ROCm build (``torch.version.hip``) or cupy runs on HIP, else "cuda"."""
+    try:
+        if buffer_kind == "cupy":
+            import cupy
+
+            return "rocm" if cupy.cuda.runtime.is_hip else "cuda"
+        import torch
+
+        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    except Exception:  # noqa: BLE001
+        return "cuda"
 
 
 def shared_gpus(identities: list[tuple[str, str | None]]) -> dict[tuple[str, str], list[int]]:

@@ -11,7 +11,7 @@ of the backend (the call a primitive makes, where in-place results land).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from microbench.benchmarks.dtypes import DType
@@ -41,6 +41,7 @@ class Transport:
     thread_level: str | None = None  #: the thread support MPI granted
     torch_meta: dict | None = None
     notice: str | None = None  #: a one-time notice about the loop (a fallback), for the table
+    gpus: list = field(default_factory=list)  #: every rank's GPU (host, local rank, index, UUID, bus id); CUDA runs
 
     def in_place_for(self, coll: Collective, opts: RunOptions) -> bool:
         """In place when asked, or when the transport's API has no out-of-place form (torch all_reduce, reduce)."""
@@ -135,7 +136,19 @@ def open_transport(world: World, opts: RunOptions, selected: tuple[DeviceChoice,
     # every rank, so one rank that stages makes every rank stage.
     transport.staged = agree.any_rank(world.reducer, transport.staged)
     _choose_loop(world, opts, transport)
+    transport.gpus = _gpus_of_every_rank(world, device)
     return transport
+
+
+def _gpus_of_every_rank(world: World, device: DeviceChoice) -> list[dict]:
+    """Collective: every rank's (host, local rank, GPU index, UUID, bus id), in rank order; empty on the CPU."""
+    if device.kind != "cuda":
+        return []
+    import platform
+
+    mine = {"host": platform.node(), "local_rank": launch.discover().local_rank, "index": device.index,
+            "uuid": device.uuid, "bus_id": device.bus_id}
+    return world.reducer.bcast(world.reducer.gather(mine), root=0)
 
 
 def select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
@@ -153,13 +166,15 @@ def select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
     index = device.index_for_rank(launch.discover().local_rank, count, opts.gpus_per_node)
     if kind == "cupy":
         module.cuda.Device(index).use()
+        module.empty(1)  # a context on this GPU now: making a GPU current creates none
         name = module.cuda.runtime.getDeviceProperties(index)["name"].decode(errors="replace")
     else:
-        module.cuda.set_device(index)
+        module.cuda.set_device(index)  # returns early, creating no context, when the GPU is already current
+        module.empty(1, device=f"cuda:{index}")
         name = module.cuda.get_device_name(index)
     l2 = device.l2_cache_bytes(kind, index)
-    return (DeviceChoice("cuda", opts.buffer, index, name, count, l2, device.device_uuid(kind, index), before_init),
-            opts.cache_size or l2)
+    return (DeviceChoice("cuda", opts.buffer, index, name, count, l2, device.device_uuid(kind, index), before_init,
+                         device.device_bus_id(kind, index), device.gpu_runtime(kind)), opts.cache_size or l2)
 
 
 def _mpi_initialized() -> bool:

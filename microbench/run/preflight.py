@@ -43,10 +43,8 @@ def host_space(opts: RunOptions, local_ranks: int) -> MemorySpace | None:
 
 
 def gpu_identities(world, transport) -> list[tuple[str, str | None]]:
-    """Collective: every rank's (host, GPU UUID); empty for CPU runs."""
-    if transport.device.kind != "cuda":
-        return []
-    return world.reducer.bcast(world.reducer.gather((platform.node(), transport.device.uuid)), root=0)
+    """Every rank's (host, GPU UUID), as the transport gathered them; empty for CPU runs."""
+    return [(gpu["host"], gpu["uuid"]) for gpu in transport.gpus]
 
 
 def device_space(transport, identities: list[tuple[str, str | None]], local_ranks: int) -> MemorySpace:
