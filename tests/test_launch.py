@@ -90,3 +90,17 @@ def test_ranks_sharing_a_gpu_are_found_by_host_and_uuid():
     gpus = [("a", "GPU-0"), ("a", "GPU-1"), ("b", "GPU-0"), ("a", "GPU-0"), ("b", None), ("b", None)]
     assert shared_gpus(gpus) == {("a", "GPU-0"): [0, 3]}  # the same UUID on two hosts is two GPUs
     assert shared_gpus([("a", "GPU-0"), ("a", "GPU-1")]) == {}
+
+
+def test_the_memory_check_keeps_room_for_nccls_own_buffers():
+    from microbench.errors import RunError
+    from microbench.options import RunOptions
+    from microbench.run.preflight import NCCL_RESERVE_BYTES, MemorySpace, check_memory
+
+    opts = RunOptions(benchmarks=["allreduce"], sizes=[1 << 30])  # 1 GiB send + 1 GiB receive per rank
+    fits = MemorySpace(free_bytes=4 << 30, sharing_ranks=1, cache_bytes=0, where="GPU 0")
+    check_memory(opts, 2, fits)
+    with pytest.raises(RunError, match="less 1.0 GiB kept for NCCL"):
+        check_memory(opts, 2, MemorySpace(free_bytes=3 << 30, sharing_ranks=1, cache_bytes=0, where="GPU 0",
+                                          reserved_bytes=NCCL_RESERVE_BYTES))
+    check_memory(opts, 2, MemorySpace(free_bytes=3 << 30, sharing_ranks=1, cache_bytes=0, where="GPU 0"))

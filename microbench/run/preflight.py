@@ -32,6 +32,7 @@ class MemorySpace:
     sharing_ranks: int
     cache_bytes: int  #: the cache the cold pool and flush are sized against in this memory
     where: str  #: "host vm" or "GPU 0 (H100)", for the message
+    reserved_bytes: int = 0  #: kept free for the communication library's own buffers (per GPU)
 
 
 def host_space(opts: RunOptions, local_ranks: int) -> MemorySpace | None:
@@ -59,10 +60,20 @@ def device_space(transport, identities: list[tuple[str, str | None]], local_rank
     kind = "torch" if device.buffer == "numpy" else device.buffer
     if identities and all(uuid for _, uuid in identities):
         sharing = ranks_sharing(identities, (platform.node(), device.uuid))
-    else:
-        sharing = max(1, -(-local_ranks // max(device.count, 1)))
+    else:  # a GPU whose UUID is unknown: the ranks that chose the same index on this host (never fewer)
+        sharing = max(1, sum(1 for host, index in _indices(transport) if (host, index) == (platform.node(),
+                                                                                          device.index)))
+    nccl = (transport.torch_meta or {}).get("backend") == "nccl"
     return MemorySpace(free_device_bytes(kind, device.index), sharing, transport.cache_bytes or 0,
-                       f"GPU {device.index} ({device.name})")
+                       f"GPU {device.index} ({device.name})", NCCL_RESERVE_BYTES if nccl else 0)
+
+
+#: GPU memory left free for NCCL's own buffers (communicators, channels, NVLS; nccl-tests keeps 1 GiB too)
+NCCL_RESERVE_BYTES = 1 << 30
+
+
+def _indices(transport) -> list[tuple[str, int | None]]:
+    return [(gpu["host"], gpu["index"]) for gpu in transport.gpus]
 
 
 def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan, cache_bytes: int) -> int:
@@ -97,10 +108,12 @@ def check_memory(opts: RunOptions, nranks: int, space: MemorySpace | None,
         return
     need, name, size = worst
     total = need * space.sharing_ranks
-    if total > space.free_bytes * MEMORY_HEADROOM:
+    usable = max(0, space.free_bytes - space.reserved_bytes)
+    if total > usable * MEMORY_HEADROOM:
+        kept = f" less {format_bytes(space.reserved_bytes)} kept for NCCL" if space.reserved_bytes else ""
         raise RunError(f"{name} at {format_size(size)} needs {format_bytes(total)} on {space.where} "
                        f"({space.sharing_ranks} ranks x {format_bytes(need)} of buffers) but "
-                       f"{format_bytes(space.free_bytes)} is available; lower the largest size (-m)")
+                       f"{format_bytes(space.free_bytes)} is available{kept}; lower the largest size (-m)")
 
 
 def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
