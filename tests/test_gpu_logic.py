@@ -222,3 +222,24 @@ def test_the_gpu_is_chosen_before_mpi_starts():
     assert proc.returncode == 1, proc.output
     assert "MPI initialised at device selection: [False]" in proc.stdout
     assert "microbench: error: no GPU here (selection order test)" in proc.stderr
+
+
+def test_the_node_check_reports_a_skip_as_a_skip(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("gpu_node_checks", REPO / "scripts" / "gpu_node_checks.py")
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    assert checks.item_graph_alignment(1, tmp_path)[0] == checks.SKIP  # needs two GPUs: not run, not passed
+    assert checks.item_p2p_graphs(1, tmp_path)[0] == checks.SKIP
+    torch = pytest.importorskip("torch", reason="the node check's main needs torch")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(checks, "ITEMS", [("passes", lambda g, o: (checks.PASS, "")),
+                                          ("skips", lambda g, o: (checks.SKIP, "")),
+                                          ("fails", lambda g, o: (checks.FAIL, ""))])
+    monkeypatch.setattr(sys, "argv", ["gpu_node_checks.py", "--out", str(tmp_path)])
+    assert checks.main() == 1  # one failed item; the skip is neither a pass nor a failure
+    out = capsys.readouterr().out
+    assert "SKIP  skips" in out and "1 passed, 1 failed, 1 skipped" in out
