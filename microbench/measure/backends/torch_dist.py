@@ -141,15 +141,20 @@ class TorchBackend:
 
     # Point to point ------------------------------------------------------------------------
     def connect(self, peer: int, initiator: bool, like) -> None:
-        """One untimed exchange the first time this rank is paired with ``peer``: NCCL builds a two-rank
-        communicator for send/recv at its first use, which would otherwise land in the first call's time."""
+        """Untimed exchanges the first time this rank is paired with ``peer``, so that no first call carries
+        NCCL's connection setup: a send and a receive (NCCL builds a two-rank communicator for single send/recv
+        at first use), and one batched pair (``batch_isend_irecv``, which bw and bibw use, runs on the group's
+        communicator, whose connection to the peer is also made at first use)."""
         if peer in self._connected:
             return
         self._connected.add(peer)
-        box = like.new_zeros(1)
-        first, second = (self.dist.send, self.dist.recv) if initiator else (self.dist.recv, self.dist.send)
-        first(box, peer, group=self.group, tag=_TAG_ACK)
-        second(box, peer, group=self.group, tag=_TAG_ACK)
+        d, g = self.dist, self.group
+        box, other = like.new_zeros(1), like.new_zeros(1)
+        first, second = (d.send, d.recv) if initiator else (d.recv, d.send)
+        first(box, peer, group=g, tag=_TAG_ACK)
+        second(box, peer, group=g, tag=_TAG_ACK)
+        _wait_all(d.batch_isend_irecv([d.P2POp(d.isend, box, peer, g, _TAG_ACK),
+                                       d.P2POp(d.irecv, other, peer, g, _TAG_ACK)]))
 
     def pingpong(self, send, recv, peer, initiator):
         if peer is None:
