@@ -166,3 +166,26 @@ def test_sweep_marks_a_corrupted_size_failed(world, tmp_path):
     rc.hooks = FaultHooks.from_env({"MICROBENCH_TESTING": "1", "MICROBENCH_TEST_CORRUPT": "0:allreduce:16"})
     assert sweep.run_benchmark(rc, COLLECTIVES["allreduce"]) == ["16 at rank 0"]  # the node whose data was wrong
     assert [r["check"] for r in table.of("result")] == ["pass", "fail"]
+
+
+LAUNCH_AGREEMENT = """
+from types import SimpleNamespace
+from microbench.cluster.world import init_world
+from microbench.measure.loops import LaunchFacts
+from microbench.run.sweep import agree_launch
+world = init_world()
+mine = LaunchFacts(1.0, 10.0) if world.rank == 0 else LaunchFacts(9.5, 10.0)  # rank 1 is launch-bound
+agreed = agree_launch(SimpleNamespace(reducer=world.reducer), mine)
+print(f"rank {world.rank}: {agreed.host_us_per_call} {agreed.device_us_per_call} {agreed.bound}")
+"""
+
+
+def test_the_launch_verdict_is_the_slowest_ranks(world):
+    import sys
+
+    from conftest import mpiexec_prefix, run_process
+
+    cmd, env = mpiexec_prefix(2)
+    proc = run_process([*cmd, sys.executable, "-c", LAUNCH_AGREEMENT], env=env, timeout=120)
+    assert proc.returncode == 0, proc.output
+    assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0: 9.5 10.0 True", "rank 1: 9.5 10.0 True"], proc.output

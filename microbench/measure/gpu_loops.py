@@ -23,6 +23,10 @@ import numpy as np
 
 from microbench.measure.loops import OVERLAP_PARTS, GraphDetails, LaunchFacts, LoopBase, OverlapWork
 
+#: The host's launch time per call is read over the first calls only: once the launch queue (or NCCL's work FIFO)
+#: is full the host waits for the device, and a long loop would read launch-bound when it is not.
+LAUNCH_PROBE_CALLS = 16
+
 GRAPH_ITERATIONS = 100  #: most iterations captured in one graph
 MIN_REPLAYS = 10  #: fewest replays (samples) a graph-timed size gets, for its percentiles
 
@@ -51,15 +55,19 @@ class CudaEventLoop(LoopBase):
         torch = self.torch
         torch.cuda.synchronize()
         events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+        probe = min(iters, LAUNCH_PROBE_CALLS)
         host_start = time.perf_counter_ns()
         events[0].record()
-        for i in range(iters):
+        for i in range(probe):
             calls[(start + i) % n]()
             events[i + 1].record()
         host_ns = time.perf_counter_ns() - host_start
+        for i in range(probe, iters):
+            calls[(start + i) % n]()
+            events[i + 1].record()
         events[-1].synchronize()
         durations = _ns([events[i].elapsed_time(events[i + 1]) for i in range(iters)])
-        self.launch = LaunchFacts(host_ns / iters / 1e3, float(durations.mean()) / 1e3)
+        self.launch = LaunchFacts(host_ns / probe / 1e3, float(durations.mean()) / 1e3)
         return durations
 
     def time_compute(self, kernel, units: int, chunks: int, reps: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from microbench.benchmarks.table import POISON, Collective, Context, pair_of, pa
 from microbench.cluster import agree
 from microbench.measure import engine, overlap, overlap_stats, stats
 from microbench.measure.cache import PoolPlan, plan_pool, touched_slots
+from microbench.measure.loops import LaunchFacts
 from microbench.options import SizePlan, cache_passes, counts_for, dtype_for, plan_size
 from microbench.records import build
 from microbench.run.context import RunContext
@@ -136,6 +137,8 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
                                        measured.copies)
     if coll.nonblocking:
         m.overlap = _measure_overlap(rc, job, pool, calls, loop, settings, m, backend.barrier(), copies)
+    if rc.transport.device.kind == "cuda":  # the launch-bound verdict of the slowest rank, not rank 0's
+        loop.launch = agree_launch(rc, loop.launch)
     facts = build.LoopFacts.of(loop)  # before time_fresh_calls runs the loop again
     first_extra = []
     if first_call and rc.opts.first_call_samples > 1:
@@ -149,6 +152,16 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
                                "uses": (1 if first_call else 0) + m.warmup + m.iterations,
                                "touched": touched_slots(pool.slots, POISON)})
     return m, facts, first_extra, pool.huge_page_bytes()
+
+
+def agree_launch(rc: RunContext, launch: LaunchFacts | None) -> LaunchFacts | None:
+    """Collective: the launch facts of the rank whose launches took the largest share of its device time."""
+    share = launch.host_us_per_call / launch.device_us_per_call if launch and launch.device_us_per_call else -1.0
+    worst = agree.max_of(rc.reducer, share)
+    holder = agree.lowest_rank_where(rc.reducer, share == worst)
+    facts = rc.reducer.bcast((launch.host_us_per_call, launch.device_us_per_call) if launch else None,
+                             root=holder or 0)
+    return LaunchFacts(*facts) if facts else None
 
 
 def _measure_overlap(rc: RunContext, job: SizeJob, pool, calls, loop, settings: engine.LoopSettings,
