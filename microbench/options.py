@@ -243,6 +243,9 @@ def _resolve_buffer(args) -> str:
             raise UsageError("--stage-host copies device buffers through the host: it needs --device cuda")
     if args.cuda_graph and not (args.backend == "torch" and args.device == "cuda"):
         raise UsageError("--cuda-graph captures torch.distributed calls on CUDA: add --backend torch --device cuda")
+    if args.cuda_graph and args.time_budget is not None:
+        raise UsageError("--time-budget sizes the timed iterations from the eager warmup, whose launch costs are not "
+                         "what a graph replay pays: give --cuda-graph a count with -i instead")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
     return buffer

@@ -104,3 +104,13 @@ def test_the_memory_check_keeps_room_for_nccls_own_buffers():
         check_memory(opts, 2, MemorySpace(free_bytes=3 << 30, sharing_ranks=1, cache_bytes=0, where="GPU 0",
                                           reserved_bytes=NCCL_RESERVE_BYTES))
     check_memory(opts, 2, MemorySpace(free_bytes=3 << 30, sharing_ranks=1, cache_bytes=0, where="GPU 0"))
+
+
+def test_a_time_budget_is_refused_with_cuda_graphs():
+    from microbench.cli import build_parser
+    from microbench.errors import UsageError
+    from microbench.options import RunOptions
+
+    argv = ["run", "allreduce", "--backend", "torch", "--device", "cuda", "--cuda-graph", "--time-budget", "1"]
+    with pytest.raises(UsageError, match="--time-budget sizes the timed iterations from the eager warmup"):
+        RunOptions.from_args(build_parser(argv).parse_args(argv))

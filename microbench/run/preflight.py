@@ -185,6 +185,9 @@ def check_run(opts: RunOptions, world, layout, transport) -> None:
         if world.rank == 0:
             check_writable(opts)
         check_gpu_sharing(transport, identities)
+        if transport.device.kind == "cuda" and (opts.cache != "warm" or opts.flush) and not transport.cache_bytes:
+            raise UsageError(f"--cache {opts.cache}{' --flush' if opts.flush else ''} works against the GPU's L2, "
+                             f"whose size {transport.device.name} does not report; give it with --cache-size")
         if transport.device.kind == "cuda":
             space = device_space(transport, identities, layout.local_ranks)
             check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
