@@ -231,3 +231,14 @@ def test_staged_in_place_moves_the_device_data(tmp_path):
     assert proc.returncode == 0, proc.output
     assert [(r["benchmark"], r["check"]) for r in results_of(out)] == [
         (b, "pass") for b in ("allreduce", "allgather", "reduce_scatter") for _ in (64, 1 << 20)]
+
+
+def test_a_preflight_failure_on_one_rank_ends_every_rank_before_the_collective_checks(tmp_path):
+    # rank 0 alone checks the output; the others go on to the collective dtype probe on gloo: they must learn of
+    # rank 0's error first (it used to leave them in the probe until the watchdog's 600 s)
+    proc = microbench("run", "--np", "2", "--backend", "torch", "allreduce", "-m", "8", "--out",
+                      "/proc/microbench/r.jsonl", timeout=120)
+    assert proc.returncode == 2, proc.output
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
+    assert len(errors) == 1 and "--out /proc/microbench/r.jsonl: cannot write there" in errors[0], proc.stderr
+    assert "timeout:" not in proc.stderr and "# allreduce" not in proc.stdout

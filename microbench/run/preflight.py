@@ -188,20 +188,25 @@ def check_run(opts: RunOptions, world, layout, transport) -> None:
         if transport.device.kind == "cuda" and (opts.cache != "warm" or opts.flush) and not transport.cache_bytes:
             raise UsageError(f"--cache {opts.cache}{' --flush' if opts.flush else ''} works against the GPU's L2, "
                              f"whose size {transport.device.name} does not report; give it with --cache-size")
-        if transport.device.kind == "cuda":
-            space = device_space(transport, identities, layout.local_ranks)
-            check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
         for name in opts.benchmarks:
             check_nonblocking(COLLECTIVES[name], transport)
     except (UsageError, RunError) as exc:
         error = exc
     agree.raise_if_any(world.reducer, error)  # every rank knows of any failure before the collective checks
-    try:  # torch's check reduces a probe on the benchmark's group: every rank takes part
+    try:  # torch's check reduces a probe on the benchmark's group: every rank takes part (and NCCL's
+        # communicator, built at its first collective, exists afterwards)
         for name in opts.benchmarks:
             coll = COLLECTIVES[name]
             why = transport.backend.check_dtype(dtype_for(opts, coll), coll.reduces, opts.op)
             if why:
                 raise UsageError(f"{name}: {why}")
+    except (UsageError, RunError) as exc:
+        error = exc
+    agree.raise_if_any(world.reducer, error)
+    try:  # free GPU memory read now, with the communication library's own buffers already taken
+        if transport.device.kind == "cuda":
+            space = device_space(transport, identities, layout.local_ranks)
+            check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
     except (UsageError, RunError) as exc:
         error = exc
     agree.raise_if_any(world.reducer, error)
