@@ -85,47 +85,42 @@ def _pool(nslots: int):
     return BufferPool(2, 2, np.dtype(np.float32), nslots=nslots)
 
 
-@pytest.mark.parametrize("check", [False, True])
-def test_the_barrier_comes_after_capture(comm_self, check):
-    _, backend = comm_self
+def _record_measure(backend, runs_timed_slots_before: bool = False, cold: bool = False, **settings) -> list:
+    """What the engine calls, in order, measuring allreduce 6 + 2 iterations on 3 slots with a recording loop
+    (``cold``: with a flush before the warmup, logged too)."""
     log: list = []
+    flush = (lambda: log.append(("flush",))) if cold else None
+    settings = engine.LoopSettings(iterations=6, warmup=2, flush_before=flush, **settings)
     pool = _pool(3)
     ctx = Context(rank=0, nranks=1)
     calls = [ALLREDUCE.build(backend, slot, ctx) for slot in pool.slots]
+    loop = _RecordingLoop(log)
+    loop.runs_timed_slots_before = runs_timed_slots_before
+    engine.measure(ALLREDUCE, ctx, pool.slots, calls, loop, settings, lambda: log.append(("barrier",)),
+                   lambda v: v, timing=True)
+    pool.close()
+    return log
 
-    def barrier():
-        log.append(("barrier",))
 
-    settings = engine.LoopSettings(iterations=6, warmup=2, check=check)
-    engine.measure(ALLREDUCE, ctx, pool.slots, calls, _RecordingLoop(log), settings, barrier, lambda v: v,
-                   timing=True)
+@pytest.mark.parametrize("check", [False, True])
+def test_the_barrier_comes_after_capture(comm_self, check):
+    log = _record_measure(comm_self[1], check=check)
     timed = [i for i, e in enumerate(log) if e[0] == "begin_timed"]
     assert len(timed) == 1
     # first call (slot 0) and warmup (slots 1, 2) run eagerly; the timed phase starts at slot 3 % 3 = 0
     assert log[timed[0]] == ("begin_timed", 6, 0, check)
     assert log[timed[0] + 1] == ("barrier",)  # ranks align after capture, before the first timed replay
     assert log[timed[0] + 2][0] == "run" and all(e[0] == "run" for e in log[timed[0] + 2:])
-    pool.close()
 
 
 @pytest.mark.parametrize("replays_before", [False, True])
 def test_cold_cache_flushes_again_after_a_timed_phase_that_ran_its_slots(comm_self, replays_before):
     # a CUDA graph loop replays every timed graph once in begin_timed: the slots the timed replays use are then
     # warm, so under cold cache the engine must flush again between begin_timed and the barrier
-    _, backend = comm_self
-    log: list = []
-    pool = _pool(3)
-    ctx = Context(rank=0, nranks=1)
-    calls = [ALLREDUCE.build(backend, slot, ctx) for slot in pool.slots]
-    loop = _RecordingLoop(log)
-    loop.runs_timed_slots_before = replays_before
-    settings = engine.LoopSettings(iterations=6, warmup=2, flush_before=lambda: log.append(("flush",)))
-    engine.measure(ALLREDUCE, ctx, pool.slots, calls, loop, settings, lambda: log.append(("barrier",)),
-                   lambda v: v, timing=True)
+    log = _record_measure(comm_self[1], replays_before, cold=True)
     after = [e[0] for e in log[[e[0] for e in log].index("begin_timed") + 1:]]
     assert after[:2] == (["flush", "barrier"] if replays_before else ["barrier", "run"])
     assert [e[0] for e in log].count("flush") == (2 if replays_before else 1)
-    pool.close()
 
 
 def test_the_graph_loop_says_it_runs_the_timed_slots_before():
