@@ -158,9 +158,24 @@ def _diagnostic_options(args, bisect: bool) -> dict:
     duration = parse_duration(args.duration) if args.duration is not None else None
     if args.check_every is not None and args.cycles is None and duration is None:
         raise UsageError("--check-every applies to soak runs: add --cycles N or --duration T")
-    return {"bisect": bisect, "bisect_benchmark": bisect_coll.name, "bisect_size": parse_size(args.bisect_size),
+    return {"bisect": bisect, "bisect_benchmark": bisect_coll.name, "bisect_size": _bisect_size(args, bisect),
             "cycles": args.cycles, "duration": duration, "check_every": args.check_every,
             "straggler_columns": args.straggler_columns}
+
+
+def _bisect_size(args, bisect: bool) -> int:
+    """Bytes per rank of each bisection measurement: --bisect-size, else the one size of -m, else 1 MiB."""
+    if args.bisect_size is not None:
+        if bisect and args.sizes and len(args.benchmarks or []) == 1:
+            raise UsageError("-m and --bisect-size both choose bisect's size; give one")
+        return parse_size(args.bisect_size)
+    if not (bisect and args.sizes):
+        return 1 << 20
+    sizes = parse_sizes(args.sizes)
+    if len(sizes) != 1:
+        raise UsageError(f"bisect measures one size and -m {args.sizes} names {len(sizes)}: give one size "
+                         "(-m 64K) or bisect's own with --bisect-size")
+    return sizes[0]
 
 
 def _check_values(args, benchmarks: list[str]) -> None:

@@ -33,6 +33,10 @@ def test_bisect_refuses_what_it_cannot_do():
     assert proc.returncode == 2 and f"bisect needs at least {MIN_NODES} nodes (ranks); this job has 2" in proc.stderr
     proc = microbench("run", "--np", "4", "bisect", "--bisect-benchmark", "latency")
     assert proc.returncode == 2 and "--bisect-benchmark latency is point to point" in proc.stderr
+    proc = microbench("run", "--np", "4", "bisect", "-m", "8:1K")
+    assert proc.returncode == 2 and "bisect measures one size and -m 8:1K names 8" in proc.stderr
+    proc = microbench("run", "--np", "4", "bisect", "-m", "1K", "--bisect-size", "2K")
+    assert proc.returncode == 2 and "-m and --bisect-size both choose bisect's size; give one" in proc.stderr
     proc = microbench("run", "--np", "4", "bisect", "--backend", "torch")
     assert proc.returncode == 2 and "bisect splits MPI communicators: it needs --backend mpi" in proc.stderr
 
@@ -41,13 +45,14 @@ def test_bisect_refuses_what_it_cannot_do():
 def test_bisection_finds_the_slowed_rank_in_log2_rounds(benchmark, tmp_path):
     # 200 ms a call: far above what 8 ranks on 2 cores do to each other (ms tails)
     out = tmp_path / "r.jsonl"
-    proc = microbench("run", "--np", "8", "bisect", "--bisect-benchmark", benchmark, "--bisect-size", "64K",
+    proc = microbench("run", "--np", "8", "bisect", "--bisect-benchmark", benchmark, "-m", "64K",
                       "-i", "8", "-x", "1", "--out", str(out),
                       env={"MICROBENCH_TEST_SLOW_RANK": f"{SLOW_RANK}:200000"}, timeout=240)
     assert proc.returncode == 0, proc.output
     (rec,) = [r for r in read_jsonl(out) if r["type"] == "bisect"]
     assert rec["verdict"] == "found" and rec["suspects"] == [{"label": f"rank {SLOW_RANK}", "rank": SLOW_RANK}]
     assert len(rec["rounds"]) == 3 and rec["nodes"] == 8 and rec["unit"] == "rank"
+    assert rec["size_bytes"] == 64 << 10  # -m names bisect's one size
     path = [[g["labels"] for g in r["groups"]][r["stands_out"]] for r in rec["rounds"]]
     assert path == [["rank 4", "rank 5", "rank 6", "rank 7"], ["rank 4", "rank 5"], ["rank 5"]]
     assert rec["rounds"][2]["groups"][1]["padded_with"]  # a lone node is measured with a cleared one

@@ -63,7 +63,8 @@ def test_the_same_rules_on_per_message_time_name_exactly_the_throttled_node():
 
 @pytest.fixture(scope="module")
 def throttled_runs(emulated_cluster, mpi_lib, tmp_path_factory):
-    """{nodes: records file} of ``microbench run pairs`` on 4 and on 5 nodes with node2 throttled."""
+    """{nodes: records file} of ``microbench run pairs`` on 4 and on 5 nodes with node2 throttled (the run's
+    terminal output in ``runs["stdout", nodes]``)."""
     if mpi_lib[1].abi != "openmpi":
         pytest.skip(f"the emulated cluster launches with Open MPI's prterun; this environment has {mpi_lib[1].abi}")
     runs = {}
@@ -77,6 +78,7 @@ def throttled_runs(emulated_cluster, mpi_lib, tmp_path_factory):
             proc = run_process(cmd, env=env, timeout=RUN_LIMIT_S)
             assert proc.returncode == 0, proc.output
             runs[nodes] = out
+            runs["stdout", nodes] = proc.stdout
     return runs
 
 
@@ -109,6 +111,17 @@ def test_pairs_rules_on_per_message_time_name_the_throttled_node(throttled_runs,
     if nodes == 5:  # with 4 nodes half the links are node2's: the median itself moves, as the docs say
         found = outlier_rule.outliers(times, higher_is_worse=True)[0]
         assert {(o.i, o.j) for o in found} == links_of(2, 5)
+
+
+def test_the_runs_own_table_names_the_throttled_node(throttled_runs):
+    """The terminal prints every outlier the record holds: with 4 nodes only the node rule sees node2."""
+    text = throttled_runs["stdout", 4]
+    bw = _bandwidth(throttled_runs[4])
+    assert [n["label"] for n in bw["node_outliers"]] == [SLOW]
+    bandwidth = text[text.index("# pairs: bandwidth"):]  # the bandwidth matrix and the lines under it
+    node_lines = [line for line in bandwidth.splitlines() if line.startswith("# OUTLIER node")]
+    assert len(node_lines) == 1 and node_lines[0].startswith(f"# OUTLIER node {SLOW}: row median"), text
+    assert "# no node stands out" not in bandwidth and "no outliers" not in text, text
 
 
 def _check(path) -> tuple[int, str]:

@@ -191,8 +191,8 @@ def _add_diagnostics(p: argparse.ArgumentParser) -> None:
                    help="soak: validate received data (as -c) in every K-th cycle (cycles K, 2K, ...)")
     g.add_argument("--bisect-benchmark", default="allreduce", metavar="BENCH",
                    help="bisect: the collective each round measures (default allreduce)")
-    g.add_argument("--bisect-size", default="1M", metavar="SIZE",
-                   help="bisect: its message size, bytes per rank (default 1M)")
+    g.add_argument("--bisect-size", metavar="SIZE",
+                   help="bisect: its message size, bytes per rank (default: the one size of -m, else 1M)")
     g.add_argument("--straggler-columns", action="store_true",
                    help="add Skew (slowest over fastest rank mean), Slowest and Fastest (rank or host) to the table; "
                         "the records always carry them")

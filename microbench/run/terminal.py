@@ -199,15 +199,25 @@ def format_pairs(rec: dict) -> list[str]:
     for label, row in zip(labels, matrix):
         cells = "".join(("-" if v is None else f"{v:.3f}").rjust(width) for v in row)
         lines.append(label.rjust(width) + cells)
-    rule = rec["outlier_rule"]
-    if rec["outliers"]:
-        for o in rec["outliers"]:
-            lines.append(f"# OUTLIER {o['labels'][0]} - {o['labels'][1]}: {o['value']:.3f} {unit} "
-                         f"(z {o['z']}, {rule['direction']} {rule.get('threshold', 0):.3f})")
-    else:
+    return lines + outlier_lines(rec)
+
+
+def outlier_lines(rec: dict) -> list[str]:
+    """What the pairwise test judged: each link and each node that stands out, else that none does (per rule)."""
+    unit, rule = rec["matrix_unit"], rec["outlier_rule"]
+    node_rule = rec.get("node_outlier_rule") or {}
+    lines = [f"# OUTLIER link {o['labels'][0]} - {o['labels'][1]}: {o['value']:.3f} {unit} "
+             f"(z {o['z']}, {rule['direction']} {rule.get('threshold', 0):.3f})" for o in rec["outliers"]]
+    lines += [f"# OUTLIER node {n['label']}: row median {n['row_median']:.3f} {unit} (z {n['z']}, "
+              f"{node_rule['direction']} {node_rule.get('threshold', 0):.3f})" for n in rec.get("node_outliers", [])]
+    if not rec["outliers"]:
         med = rule.get("median")
-        lines.append(f"# no outliers (median {med:.3f} {unit}, limit z {rule['z_limit']})" if med is not None
-                     else "# too few pairs to judge outliers")
+        lines.append(f"# no link stands out (median {med:.3f} {unit}, limit z {rule['z_limit']})" if med is not None
+                     else "# too few pairs to judge link outliers")
+    if not rec.get("node_outliers"):
+        med = node_rule.get("median")
+        lines.append(f"# no node stands out (median of row medians {med:.3f} {unit}, limit z {node_rule['z_limit']})"
+                     if med is not None else "# too few participants to judge node outliers (4 needed)")
     return lines
 
 
