@@ -145,6 +145,23 @@ def test_ranks_share_a_gpu_only_when_it_is_the_same_gpu():
     assert ranks_sharing(doubled, ("n0", "GPU-a")) == 2 and ranks_sharing(doubled, ("n0", "GPU-b")) == 1
 
 
+def test_nccls_communicator_is_made_when_the_group_is_and_gloos_at_first_use():
+    # the preflight reads the GPU's free memory after open_transport: NCCL's own buffers must be taken by then
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from microbench.cluster.torch_runtime import group_options
+
+    assert group_options("nccl", 3, dist.new_group) == {"device_id": torch.device("cuda", 3)}
+    assert group_options("gloo", 3, dist.new_group) == {}
+    assert group_options("nccl", None, dist.new_group) == {}
+
+    def new_group_without_device_id(ranks=None, timeout=None, backend=None):  # torch before 2.5
+        return None
+
+    assert group_options("nccl", 0, new_group_without_device_id) == {}
+
+
 def test_staged_in_place_copies_the_one_buffer_both_ways():
     host, dev = np.zeros(4), np.ones(4)
     hs, ds = np.zeros(4), np.ones(4)

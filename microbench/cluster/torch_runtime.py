@@ -70,6 +70,20 @@ def init_process_group(backend: str, rank: int, size: int, launcher: str | None,
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
 
 
+def group_options(backend: str, device_index: int | None, new_group) -> dict:
+    """Keyword arguments of ``dist.new_group`` for the benchmark's group: NCCL's communicator made now, on this
+    rank's GPU (``device_id``), where ``new_group`` takes it (torch 2.5+); otherwise none (made at first use).
+
+    Made now, the communicator's own GPU memory is taken before the preflight reads the free memory, and its
+    creation is not part of any benchmark's first call."""
+    import inspect
+
+    if backend != "nccl" or device_index is None or "device_id" not in inspect.signature(new_group).parameters:
+        return {}
+    torch, _ = import_torch()
+    return {"device_id": torch.device("cuda", device_index)}
+
+
 class TorchReducer:
     """Control-plane reductions on a gloo group (used when torchrun started the job: no MPI there)."""
 

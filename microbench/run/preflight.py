@@ -52,8 +52,8 @@ def device_space(transport, identities: list[tuple[str, str | None]], local_rank
     """This rank's GPU's free memory, shared by the ranks that use the same physical GPU.
 
     Ranks are matched by (host, GPU UUID), so processes that each see one different GPU (``srun
-    --gpus-per-task=1``) share nothing; where a UUID is unknown, local ranks are assumed spread evenly over
-    the visible GPUs."""
+    --gpus-per-task=1``) share nothing; where a UUID is unknown, by (host, GPU index) (never local ranks /
+    GPUs). Read after the transport is open: NCCL's communicator (made there) already holds its memory."""
     from microbench.measure.device import free_device_bytes, ranks_sharing
 
     device = transport.device
