@@ -260,3 +260,28 @@ def test_the_node_check_reports_a_skip_as_a_skip(tmp_path, monkeypatch, capsys):
     assert checks.main() == 1  # one failed item; the skip is neither a pass nor a failure
     out = capsys.readouterr().out
     assert "SKIP  skips" in out and "1 passed, 1 failed, 1 skipped" in out
+
+
+# ------------------------------------------------------------------------------ the run record's GPUs
+def test_rccl_is_named_behind_a_rocm_builds_nccl_backend():
+    from microbench.cluster.torch_runtime import collective_library, torch_metadata
+
+    assert collective_library("nccl", "6.2.41133") == "RCCL" and collective_library("nccl", None) == "NCCL"
+    assert collective_library("gloo", "6.2.41133") is None
+    pytest.importorskip("torch")
+    meta = torch_metadata("gloo", "cpu", None)  # this torch: a CUDA (or CPU) build, not ROCm
+    assert meta["hip"] is None and meta["library"] is None
+
+
+def test_every_ranks_gpu_in_the_run_record_is_in_the_schema():
+    from microbench.records.validate import problems
+
+    gpus = [{"host": "n0", "local_rank": 0, "index": 0, "uuid": "GPU-a", "bus_id": "00000000:18:00.0"},
+            {"host": "n0", "local_rank": 1, "index": 1, "uuid": None, "bus_id": None}]
+    torch_meta = {"version": "2.13.0", "backend": "nccl", "hip": "6.2", "library": "RCCL"}
+    record = {"type": "run", "device": {"kind": "rocm", "ranks": gpus}, "torch": torch_meta}
+    assert not [p for p in problems(record) if "device" in p or "torch" in p]
+    record["device"]["ranks"][1]["local_rank"] = "one"
+    assert any("local_rank" in p or "ranks" in p for p in problems(record))
+    record["device"]["ranks"][1]["local_rank"], torch_meta["library"] = 1, "rccl"
+    assert any("rccl" in p for p in problems(record))

@@ -125,11 +125,22 @@ class TorchReducer:
         os._exit(code)
 
 
+def collective_library(backend_name: str, hip_version: str | None) -> str | None:
+    """The library behind torch's process-group backend where it is a GPU one: RCCL for ``nccl`` on a ROCm build
+    of torch (``torch.version.hip`` set), NCCL for ``nccl`` on a CUDA build; None for the others."""
+    if backend_name != "nccl":
+        return None
+    return "RCCL" if hip_version else "NCCL"
+
+
 def torch_metadata(backend_name: str, device: str, device_index: int | None) -> dict:
-    """torch version, process-group backend, NCCL version, device name and count, for the run record."""
+    """torch version, process-group backend and its library (NCCL or RCCL) and version, CUDA or HIP version,
+    device name and count, for the run record."""
     torch, dist = import_torch()
+    hip = getattr(torch.version, "hip", None)
     out = {"version": torch.__version__, "backend": backend_name, "available": available_backends(dist),
-           "cuda": torch.version.cuda, "device": device}
+           "cuda": torch.version.cuda, "hip": hip, "library": collective_library(backend_name, hip),
+           "device": device}
     if backend_name == "nccl":
         try:
             v = torch.cuda.nccl.version()
