@@ -285,3 +285,20 @@ def test_every_ranks_gpu_in_the_run_record_is_in_the_schema():
     assert any("local_rank" in p or "ranks" in p for p in problems(record))
     record["device"]["ranks"][1]["local_rank"], torch_meta["library"] = 1, "rccl"
     assert any("rccl" in p for p in problems(record))
+
+
+def test_ranks_on_a_gpu_whose_uuid_is_unknown_are_told_apart_by_bus_id_then_index():
+    from microbench.measure.device import ranks_on_gpu
+
+    def gpu(host, uuid, bus_id, index=0):
+        return {"host": host, "uuid": uuid, "bus_id": bus_id, "index": index}
+
+    # srun --gpus-per-task=1 with no UUID: every rank sees index 0, but each is another GPU (bus id)
+    per_task = [gpu("n0", None, f"0000:{b}:00.0") for b in ("18", "2a", "3a", "5d")]
+    assert ranks_on_gpu(per_task, per_task[2]) == 1
+    # no UUID and no bus id: the index on the host is all there is (two ranks chose GPU 0 of n0)
+    bare = [gpu("n0", None, None, 0), gpu("n0", None, None, 1), gpu("n0", None, None, 0), gpu("n1", None, None, 0)]
+    assert ranks_on_gpu(bare, bare[0]) == 2 and ranks_on_gpu(bare, bare[3]) == 1
+    # every UUID known: the UUID decides, whatever the indices
+    known = [gpu("n0", "GPU-a", None, 0), gpu("n0", "GPU-a", None, 1), gpu("n0", "GPU-b", None, 0)]
+    assert ranks_on_gpu(known, known[0]) == 2 and ranks_on_gpu(known, known[2]) == 1
