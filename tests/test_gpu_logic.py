@@ -302,3 +302,22 @@ def test_ranks_on_a_gpu_whose_uuid_is_unknown_are_told_apart_by_bus_id_then_inde
     # every UUID known: the UUID decides, whatever the indices
     known = [gpu("n0", "GPU-a", None, 0), gpu("n0", "GPU-a", None, 1), gpu("n0", "GPU-b", None, 0)]
     assert ranks_on_gpu(known, known[0]) == 2 and ranks_on_gpu(known, known[2]) == 1
+
+
+def test_two_ranks_on_one_gpu_are_refused_under_nccl_in_one_line_also_without_a_uuid():
+    from types import SimpleNamespace
+
+    from microbench.errors import UsageError
+    from microbench.run.preflight import check_gpu_sharing, gpu_identities
+
+    gpus = [{"host": "n0", "uuid": None, "bus_id": "0000:18:00.0", "index": 0, "local_rank": 0},
+            {"host": "n0", "uuid": None, "bus_id": "0000:18:00.0", "index": 0, "local_rank": 1},
+            {"host": "n0", "uuid": None, "bus_id": None, "index": 0, "local_rank": 2},
+            {"host": "n0", "uuid": None, "bus_id": None, "index": 0, "local_rank": 3}]
+    nccl = SimpleNamespace(gpus=gpus, torch_meta={"backend": "nccl"})
+    with pytest.raises(UsageError, match=r"^ranks 0, 1 share GPU bus id 0000:18:00.0 on n0: NCCL needs one GPU"):
+        check_gpu_sharing(nccl, gpu_identities(None, nccl))
+    gloo = SimpleNamespace(gpus=gpus, torch_meta={"backend": "gloo"})
+    check_gpu_sharing(gloo, gpu_identities(None, gloo))  # gloo copies through the host: sharing is allowed
+    apart = SimpleNamespace(gpus=gpus[1:], torch_meta={"backend": "nccl"})
+    check_gpu_sharing(apart, gpu_identities(None, apart))  # nothing known of ranks 2 and 3: not refused

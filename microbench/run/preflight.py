@@ -44,8 +44,10 @@ def host_space(opts: RunOptions, local_ranks: int) -> MemorySpace | None:
 
 
 def gpu_identities(world, transport) -> list[tuple[str, str | None]]:
-    """Every rank's (host, GPU UUID), as the transport gathered them; empty for CPU runs."""
-    return [(gpu["host"], gpu["uuid"]) for gpu in transport.gpus]
+    """Every rank's (host, GPU UUID, or "bus id ..." where the UUID is unknown), as the transport gathered them;
+    empty for CPU runs. None where neither is known (such a rank matches no other)."""
+    return [(gpu["host"], gpu["uuid"] or (f"bus id {gpu['bus_id']}" if gpu.get("bus_id") else None))
+            for gpu in transport.gpus]
 
 
 def device_space(transport) -> MemorySpace:
