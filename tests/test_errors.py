@@ -100,8 +100,14 @@ def test_exception_on_one_rank_ends_the_job_and_keeps_finished_sizes(tmp_path):
 
 
 @pytest.mark.parametrize("flag", ["--out", "--csv", "--samples"])
-def test_unwritable_output_is_refused_before_measuring(flag):
-    proc = microbench("run", "--np", "2", "allreduce", "-m", "8", flag, "/proc/microbench/r.out", timeout=QUICK)
+@pytest.mark.parametrize("backend", ["mpi", "torch"])
+def test_unwritable_output_is_refused_before_measuring(flag, backend):
+    # rank 0 alone fails this check; under torch the other rank would otherwise wait in the preflight's dtype
+    # probe (an allreduce on the benchmark's group) until its watchdog, which would report a stall
+    if backend == "torch":
+        pytest.importorskip("torch")
+    proc = microbench("run", "--np", "2", "--backend", backend, "allreduce", "-m", "8", flag,
+                      "/proc/microbench/r.out", timeout=QUICK)
     assert_one_error(proc, f"{flag} /proc/microbench/r.out: cannot write there")
     assert "# allreduce" not in proc.stdout  # nothing was measured
 

@@ -140,6 +140,23 @@ def test_ranks_share_a_gpu_only_when_it_is_the_same_gpu():
     assert ranks_sharing(doubled, ("n0", "GPU-a")) == 2 and ranks_sharing(doubled, ("n0", "GPU-b")) == 1
 
 
+def test_nccls_communicator_is_made_when_the_group_is_and_gloos_at_first_use():
+    # the preflight reads the GPU's free memory after open_transport: NCCL's own buffers must be taken by then
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from microbench.cluster.torch_runtime import group_options
+
+    assert group_options("nccl", 3, dist.new_group) == {"device_id": torch.device("cuda", 3)}
+    assert group_options("gloo", 3, dist.new_group) == {}
+    assert group_options("nccl", None, dist.new_group) == {}
+
+    def new_group_without_device_id(ranks=None, timeout=None, backend=None):  # torch before 2.5
+        return None
+
+    assert group_options("nccl", 0, new_group_without_device_id) == {}
+
+
 def test_staged_in_place_copies_the_one_buffer_both_ways():
     host, dev = np.zeros(4), np.ones(4)
     hs, ds = np.zeros(4), np.ones(4)
@@ -238,3 +255,64 @@ def test_the_node_check_reports_a_skip_as_a_skip(tmp_path, monkeypatch, capsys):
     assert checks.main() == 1  # one failed item; the skip is neither a pass nor a failure
     out = capsys.readouterr().out
     assert "SKIP  skips" in out and "1 passed, 1 failed, 1 skipped" in out
+
+
+# ------------------------------------------------------------------------------ the run record's GPUs
+def test_rccl_is_named_behind_a_rocm_builds_nccl_backend():
+    from microbench.cluster.torch_runtime import collective_library, torch_metadata
+
+    assert collective_library("nccl", "6.2.41133") == "RCCL" and collective_library("nccl", None) == "NCCL"
+    assert collective_library("gloo", "6.2.41133") is None
+    pytest.importorskip("torch")
+    meta = torch_metadata("gloo", "cpu", None)  # this torch: a CUDA (or CPU) build, not ROCm
+    assert meta["hip"] is None and meta["library"] is None
+
+
+def test_every_ranks_gpu_in_the_run_record_is_in_the_schema():
+    from microbench.records.validate import problems
+
+    gpus = [{"host": "n0", "local_rank": 0, "index": 0, "uuid": "GPU-a", "bus_id": "00000000:18:00.0"},
+            {"host": "n0", "local_rank": 1, "index": 1, "uuid": None, "bus_id": None}]
+    torch_meta = {"version": "2.13.0", "backend": "nccl", "hip": "6.2", "library": "RCCL"}
+    record = {"type": "run", "device": {"kind": "rocm", "ranks": gpus}, "torch": torch_meta}
+    assert not [p for p in problems(record) if "device" in p or "torch" in p]
+    record["device"]["ranks"][1]["local_rank"] = "one"
+    assert any("local_rank" in p or "ranks" in p for p in problems(record))
+    record["device"]["ranks"][1]["local_rank"], torch_meta["library"] = 1, "rccl"
+    assert any("rccl" in p for p in problems(record))
+
+
+def test_ranks_on_a_gpu_whose_uuid_is_unknown_are_told_apart_by_bus_id_then_index():
+    from microbench.measure.device import ranks_on_gpu
+
+    def gpu(host, uuid, bus_id, index=0):
+        return {"host": host, "uuid": uuid, "bus_id": bus_id, "index": index}
+
+    # srun --gpus-per-task=1 with no UUID: every rank sees index 0, but each is another GPU (bus id)
+    per_task = [gpu("n0", None, f"0000:{b}:00.0") for b in ("18", "2a", "3a", "5d")]
+    assert ranks_on_gpu(per_task, per_task[2]) == 1
+    # no UUID and no bus id: the index on the host is all there is (two ranks chose GPU 0 of n0)
+    bare = [gpu("n0", None, None, 0), gpu("n0", None, None, 1), gpu("n0", None, None, 0), gpu("n1", None, None, 0)]
+    assert ranks_on_gpu(bare, bare[0]) == 2 and ranks_on_gpu(bare, bare[3]) == 1
+    # every UUID known: the UUID decides, whatever the indices
+    known = [gpu("n0", "GPU-a", None, 0), gpu("n0", "GPU-a", None, 1), gpu("n0", "GPU-b", None, 0)]
+    assert ranks_on_gpu(known, known[0]) == 2 and ranks_on_gpu(known, known[2]) == 1
+
+
+def test_two_ranks_on_one_gpu_are_refused_under_nccl_in_one_line_also_without_a_uuid():
+    from types import SimpleNamespace
+
+    from microbench.errors import UsageError
+    from microbench.run.preflight import check_gpu_sharing, gpu_identities
+
+    gpus = [{"host": "n0", "uuid": None, "bus_id": "0000:18:00.0", "index": 0, "local_rank": 0},
+            {"host": "n0", "uuid": None, "bus_id": "0000:18:00.0", "index": 0, "local_rank": 1},
+            {"host": "n0", "uuid": None, "bus_id": None, "index": 0, "local_rank": 2},
+            {"host": "n0", "uuid": None, "bus_id": None, "index": 0, "local_rank": 3}]
+    nccl = SimpleNamespace(gpus=gpus, torch_meta={"backend": "nccl"})
+    with pytest.raises(UsageError, match=r"^ranks 0, 1 share GPU bus id 0000:18:00.0 on n0: NCCL needs one GPU"):
+        check_gpu_sharing(nccl, gpu_identities(None, nccl))
+    gloo = SimpleNamespace(gpus=gpus, torch_meta={"backend": "gloo"})
+    check_gpu_sharing(gloo, gpu_identities(None, gloo))  # gloo copies through the host: sharing is allowed
+    apart = SimpleNamespace(gpus=gpus[1:], torch_meta={"backend": "nccl"})
+    check_gpu_sharing(apart, gpu_identities(None, apart))  # nothing known of ranks 2 and 3: not refused

@@ -70,6 +70,20 @@ def init_process_group(backend: str, rank: int, size: int, launcher: str | None,
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
 
 
+def group_options(backend: str, device_index: int | None, new_group) -> dict:
+    """Keyword arguments of ``dist.new_group`` for the benchmark's group: NCCL's communicator made now, on this
+    rank's GPU (``device_id``), where ``new_group`` takes it (torch 2.5+); otherwise none (made at first use).
+
+    Made now, the communicator's own GPU memory is taken before the preflight reads the free memory, and its
+    creation is not part of any benchmark's first call."""
+    import inspect
+
+    if backend != "nccl" or device_index is None or "device_id" not in inspect.signature(new_group).parameters:
+        return {}
+    torch, _ = import_torch()
+    return {"device_id": torch.device("cuda", device_index)}
+
+
 class TorchReducer:
     """Control-plane reductions on a gloo group (used when torchrun started the job: no MPI there)."""
 
@@ -111,11 +125,22 @@ class TorchReducer:
         os._exit(code)
 
 
+def collective_library(backend_name: str, hip_version: str | None) -> str | None:
+    """The library behind torch's process-group backend where it is a GPU one: RCCL for ``nccl`` on a ROCm build
+    of torch (``torch.version.hip`` set), NCCL for ``nccl`` on a CUDA build; None for the others."""
+    if backend_name != "nccl":
+        return None
+    return "RCCL" if hip_version else "NCCL"
+
+
 def torch_metadata(backend_name: str, device: str, device_index: int | None) -> dict:
-    """torch version, process-group backend, NCCL version, device name and count, for the run record."""
+    """torch version, process-group backend and its library (NCCL or RCCL) and version, CUDA or HIP version,
+    device name and count, for the run record."""
     torch, dist = import_torch()
+    hip = getattr(torch.version, "hip", None)
     out = {"version": torch.__version__, "backend": backend_name, "available": available_backends(dist),
-           "cuda": torch.version.cuda, "device": device}
+           "cuda": torch.version.cuda, "hip": hip, "library": collective_library(backend_name, hip),
+           "device": device}
     if backend_name == "nccl":
         try:
             v = torch.cuda.nccl.version()

@@ -382,3 +382,12 @@ def shared_gpus(identities: list[tuple[str, str | None]]) -> dict[tuple[str, str
 def ranks_sharing(identities: list[tuple[str, str]], mine: tuple[str, str]) -> int:
     """How many ranks use the same physical GPU as this one: equal (host, GPU identity) pairs."""
     return max(1, sum(1 for identity in identities if identity == mine))
+
+
+def ranks_on_gpu(gpus: list[dict], mine: dict) -> int:
+    """How many ranks use this rank's physical GPU, from every rank's ``{"host", "uuid", "bus_id", "index"}``.
+
+    GPUs are told apart by UUID where every rank knows its UUID, else by PCI bus id, else by index on the host
+    (processes that each see one GPU all have index 0 there: the index alone cannot tell their GPUs apart)."""
+    field = next((f for f in ("uuid", "bus_id") if gpus and all(g.get(f) for g in gpus)), "index")
+    return ranks_sharing([(g["host"], g.get(field)) for g in gpus], (mine["host"], mine.get(field)))

@@ -220,7 +220,8 @@ def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache
     if not dist.is_initialized():  # under mpiexec/srun: rank 0's TCPStore address travels over MPI
         torch_runtime.init_process_group("gloo", world.rank, world.nranks, world.launcher,
                                       bcast=lambda obj: world.reducer.bcast(obj, root=0), timeout_s=opts.timeout or 600)
-    group = dist.new_group(backend=name)
+    # NCCL's communicator made here where torch can: before the preflight reads the GPU's free memory
+    group = dist.new_group(backend=name, **torch_runtime.group_options(name, device.index, dist.new_group))
     if opts.device == "cuda":
         from microbench.measure.gpu_loops import CudaEventLoop, CudaGraphLoop
 

@@ -44,25 +44,24 @@ def host_space(opts: RunOptions, local_ranks: int) -> MemorySpace | None:
 
 
 def gpu_identities(world, transport) -> list[tuple[str, str | None]]:
-    """Every rank's (host, GPU UUID), as the transport gathered them; empty for CPU runs."""
-    return [(gpu["host"], gpu["uuid"]) for gpu in transport.gpus]
+    """Every rank's (host, GPU UUID, or "bus id ..." where the UUID is unknown), as the transport gathered them;
+    empty for CPU runs. None where neither is known (such a rank matches no other)."""
+    return [(gpu["host"], gpu["uuid"] or (f"bus id {gpu['bus_id']}" if gpu.get("bus_id") else None))
+            for gpu in transport.gpus]
 
 
-def device_space(transport, identities: list[tuple[str, str | None]], local_ranks: int) -> MemorySpace:
+def device_space(transport) -> MemorySpace:
     """This rank's GPU's free memory, shared by the ranks that use the same physical GPU.
 
-    Ranks are matched by (host, GPU UUID), so processes that each see one different GPU (``srun
-    --gpus-per-task=1``) share nothing; where a UUID is unknown, local ranks are assumed spread evenly over
-    the visible GPUs."""
-    from microbench.measure.device import free_device_bytes, ranks_sharing
+    Ranks are matched by host and GPU UUID, so processes that each see one different GPU (``srun
+    --gpus-per-task=1``) share nothing; where a UUID is unknown, by PCI bus id, else by GPU index (never local
+    ranks / GPUs). Read after the transport is open: NCCL's communicator (made there) holds its memory by then."""
+    from microbench.measure.device import free_device_bytes, ranks_on_gpu
 
     device = transport.device
     kind = "torch" if device.buffer == "numpy" else device.buffer
-    if identities and all(uuid for _, uuid in identities):
-        sharing = ranks_sharing(identities, (platform.node(), device.uuid))
-    else:  # a GPU whose UUID is unknown: the ranks that chose the same index on this host (never fewer)
-        sharing = max(1, sum(1 for host, index in _indices(transport) if (host, index) == (platform.node(),
-                                                                                          device.index)))
+    mine = {"host": platform.node(), "uuid": device.uuid, "bus_id": device.bus_id, "index": device.index}
+    sharing = ranks_on_gpu(transport.gpus, mine)
     nccl = (transport.torch_meta or {}).get("backend") == "nccl"
     return MemorySpace(free_device_bytes(kind, device.index), sharing, transport.cache_bytes or 0,
                        f"GPU {device.index} ({device.name})", NCCL_RESERVE_BYTES if nccl else 0)
@@ -70,10 +69,6 @@ def device_space(transport, identities: list[tuple[str, str | None]], local_rank
 
 #: GPU memory left free for NCCL's own buffers (communicators, channels, NVLS; nccl-tests keeps 1 GiB too)
 NCCL_RESERVE_BYTES = 1 << 30
-
-
-def _indices(transport) -> list[tuple[str, int | None]]:
-    return [(gpu["host"], gpu["index"]) for gpu in transport.gpus]
 
 
 def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan, cache_bytes: int) -> int:
@@ -205,7 +200,7 @@ def check_run(opts: RunOptions, world, layout, transport) -> None:
     agree.raise_if_any(world.reducer, error)
     try:  # free GPU memory read now, with the communication library's own buffers already taken
         if transport.device.kind == "cuda":
-            space = device_space(transport, identities, layout.local_ranks)
+            space = device_space(transport)
             check_memory(opts, world.nranks, space, lambda coll: transport.in_place_for(coll, opts))
     except (UsageError, RunError) as exc:
         error = exc
