@@ -1,7 +1,7 @@
 """One iteration's calls, in order, each with its communicator kind and whether frameworks overlap it.
 
 Built from the workload model (``microbench.workload.schemes.build``): the setup phase is left out, each
-message is repeated ``count`` times (rounded to whole calls) in phase order. Data-parallel schemes issue
+message is repeated ``count`` times (rounded half up to whole calls) in phase order. Data-parallel schemes issue
 everything on the data-parallel group; Megatron-LM schemes issue send/recv on the pipeline group,
 the gradient allreduces on the data-parallel group and the rest on the tensor-parallel group. Pipeline
 send/recv counts are summed over the p stages in the model (Eq. 4), so one rank's share is count / p.
@@ -53,7 +53,7 @@ def calls(workload: Workload) -> list[Call]:
             continue
         count = m.count / workload.pp if m.collective in ("send", "recv") else m.count
         out += [Call(m.collective, m.bytes, _group(workload, m.collective, m.phase), m.phase,
-                     _overlapped(workload, m.collective, m.phase))] * round(count)
+                     _overlapped(workload, m.collective, m.phase))] * int(count + 0.5)
     return out
 
 
