@@ -56,3 +56,16 @@ def test_tp_dp_and_pipeline_calls_go_to_their_groups():
     model_sends = sum(m.count for m in build(Workload(TINY, "pp", pp=2, microbatches=2)).messages
                       if m.collective == "send")
     assert len(sends) == int(model_sends / 2 + 0.5)
+
+
+def test_layers_k_of_a_preset_is_recorded_and_bounded():
+    import argparse
+
+    from microbench.replay import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    model = cli._model(parser.parse_args(["--model", "13B", "--layers", "2"]))
+    assert (model.name, model.layers, model.hidden) == ("13B", 2, 5120)
+    with pytest.raises(UsageError, match="between 1 and 40"):
+        cli._model(parser.parse_args(["--model", "13B", "--layers", "41"]))

@@ -14,6 +14,7 @@ Figures are medians over the timed iterations.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 
@@ -31,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and layout (as microbench workload)")
     g.add_argument("--model", choices=list(PRESETS), help="a GPT-NeoX configuration of the paper")
     g.add_argument("--hidden", type=int, metavar="H", help="hidden size h (with --layers --heads, no --model)")
-    g.add_argument("--layers", type=int, metavar="L", help="transformer layers L")
+    g.add_argument("--layers", type=int, metavar="L",
+                   help="transformer layers L; with --model, replay only L of its layers (the per-layer "
+                        "pattern plus the embedding and output layers), for models larger than the machine")
     g.add_argument("--heads", type=int, metavar="A", help="attention heads a")
     g.add_argument("--seq", type=int, metavar="S", help=f"sequence length s (default {DEFAULT_SEQ})")
     g.add_argument("--vocab", type=int, metavar="V", help=f"vocabulary V (default {DEFAULT_VOCAB})")
@@ -53,9 +56,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _model(args) -> Model:
     dims = (args.hidden, args.layers, args.heads)
     if args.model:
-        if any(v is not None for v in dims):
-            raise UsageError("give --model or --hidden --layers --heads, not both")
-        return preset(args.model, args.seq, args.vocab)
+        if args.hidden is not None or args.heads is not None:
+            raise UsageError("give --model or --hidden --layers --heads, not both (--layers K with --model "
+                             "replays K of its layers)")
+        full = preset(args.model, args.seq, args.vocab)
+        if args.layers is None:
+            return full
+        if not 1 <= args.layers <= full.layers:
+            raise UsageError(f"--layers must be between 1 and {full.layers} for --model {args.model}")
+        return dataclasses.replace(full, layers=args.layers)
     if all(v is not None for v in dims):
         return Model(args.hidden, args.layers, args.heads, args.seq or DEFAULT_SEQ, args.vocab or DEFAULT_VOCAB)
     raise UsageError("give --model NAME, or all of --hidden --layers --heads")
@@ -115,7 +124,8 @@ def _summary(MPI, timed, workload: Workload, schedule) -> dict:
                       for k in kinds}
     per_group = {g: statistics.median(_slowest(MPI, t.per_group_s.get(g, 0.0)) for t in timed) for g in groups}
     return {
-        "model": workload.model.describe(), "scheme": workload.scheme,
+        "model": workload.model.describe(), "scheme": workload.scheme, "layers_replayed": workload.model.layers,
+        "model_layers": PRESETS[workload.model.name][0] if workload.model.name else workload.model.layers,
         "dp": workload.dp, "tp": workload.tp, "pp": workload.pp, "dtype": workload.dtype,
         "calls_per_iteration": len(schedule), "bytes_per_iteration": sum(c.bytes for c in schedule),
         "iterations": len(timed), "wall_s": statistics.median(wall), "wall_min_s": min(wall),
@@ -126,7 +136,9 @@ def _summary(MPI, timed, workload: Workload, schedule) -> dict:
 
 
 def _table(s: dict) -> str:
-    lines = [f"replay: {s['model']}, scheme {s['scheme']} (dp {s['dp']}, tp {s['tp']}, pp {s['pp']}, {s['dtype']})",
+    part = (f" ({s['layers_replayed']} of its {s['model_layers']} layers replayed)"
+            if s["layers_replayed"] != s["model_layers"] else "")
+    lines = [f"replay: {s['model']}{part}, scheme {s['scheme']} (dp {s['dp']}, tp {s['tp']}, pp {s['pp']}, {s['dtype']})",
              f"  {s['calls_per_iteration']} calls, {s['bytes_per_iteration']} B per iteration per rank",
              f"  iteration wall {s['wall_s'] * 1e3:.3f} ms (median of {s['iterations']}; "
              f"min {s['wall_min_s'] * 1e3:.3f}, max {s['wall_max_s'] * 1e3:.3f})"]
