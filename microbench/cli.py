@@ -30,6 +30,7 @@ VERBS = {
     "plot": ("microbench.plotting.cli", "latency and bandwidth figures from results"),
     "report": ("microbench.report.cli", "one self-contained HTML page of results, verdicts and history"),
     "info": ("microbench.cluster.info_cli", "what this machine, MPI and torch offer"),
+    "replay": ("microbench.replay.cli", "replay one training iteration's communication and time it"),
 }
 
 

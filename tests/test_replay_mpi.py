@@ -1,0 +1,49 @@
+"""``microbench replay`` on real MPI ranks: each scheme's calls on its communicators, timed per iteration."""
+
+import json
+
+import pytest
+
+from conftest import microbench, mpiexec
+from microbench.replay.schedule import calls
+from microbench.workload.distribution import Workload
+from microbench.workload.model import Model
+
+MODEL = ["--hidden", "256", "--layers", "2", "--heads", "4", "--seq", "64", "--vocab", "512"]
+TINY = Model(256, 2, 4, 64, 512)
+FAST = ["--warmup", "1", "--iterations", "2", "--json"]
+
+
+def _replay(result) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("scheme,sizes,groups", [
+    ("ddp", {"dp": 4}, {"dp"}),
+    ("zero3", {"dp": 4}, {"dp"}),
+    ("tp", {"tp": 2, "dp": 2}, {"tp", "dp"}),
+    ("pp", {"pp": 2, "dp": 2}, {"pp", "dp"}),
+])
+def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups):
+    flags = [x for k, v in sizes.items() for x in (f"--{k}", str(v))]
+    out = _replay(microbench("replay", "--np", "4", *MODEL, "--scheme", scheme, *flags, *FAST))
+    schedule = calls(Workload(TINY, scheme, **sizes))
+    assert out["calls_per_iteration"] == len(schedule)
+    assert set(out["per_group_s"]) == groups
+    assert set(out["per_collective_s"]) == {c.collective for c in schedule}
+    assert out["iterations"] == 2
+    assert 0 < out["wall_min_s"] <= out["wall_s"] <= out["wall_max_s"]
+    assert all(v > 0 for v in out["per_group_s"].values())
+
+
+def test_two_ranks_under_mpiexec():
+    out = _replay(mpiexec(2, "replay", *MODEL, "--scheme", "ddp", "--dp", "2", *FAST))
+    assert out["dp"] == 2 and out["per_collective_s"]["allreduce"] > 0
+
+
+def test_a_layout_that_does_not_fill_the_job_is_one_error_line():
+    result = microbench("replay", "--np", "4", *MODEL, "--scheme", "tp", "--tp", "2")
+    assert result.returncode != 0
+    assert "microbench: error: --tp 2 x --pp 1 x --dp 1 = 2 ranks, but the job has 4" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,71 @@
+"""The replay's communicator layout (Megatron rank order) and its per-iteration call schedule."""
+
+import pytest
+
+from microbench.errors import UsageError
+from microbench.replay.layout import Layout
+from microbench.replay.schedule import calls, largest_bytes
+from microbench.workload.distribution import Workload
+from microbench.workload.model import Model
+from microbench.workload.schemes import build
+
+TINY = Model(hidden=64, layers=2, heads=4, seq=32, vocab=128)
+
+
+def test_megatron_order_tp_then_pp_then_dp():
+    layout = Layout(tp=2, pp=2, dp=2)
+    assert layout.groups("tp") == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert layout.groups("pp") == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert layout.groups("dp") == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert layout.group_of(5, "dp") == (1, 5)
+    assert layout.coordinates(7) == {"tp": 1, "pp": 1, "dp": 1}
+
+
+def test_layout_must_fill_the_job():
+    with pytest.raises(UsageError, match="= 8 ranks, but the job has 4"):
+        Layout(tp=2, pp=2, dp=2).check(4)
+    Layout(tp=2, dp=2).check(4)
+
+
+def test_ddp_schedule_is_the_gradient_buckets_overlapped():
+    w = Workload(TINY, "ddp", dp=2)
+    schedule = calls(w)
+    buckets = [m for m in build(w).messages if m.phase == "gradients"]
+    assert sum(c.bytes for c in schedule) == sum(m.bytes * m.count for m in buckets)
+    assert {(c.collective, c.group, c.overlapped) for c in schedule} == {("allreduce", "dp", True)}
+    assert largest_bytes(schedule) == max(m.bytes for m in buckets)
+
+
+def test_zero3_prefetch_allgathers_overlap_and_gradients_do_not():
+    # matrices above ZeRO-3's persistence threshold (1e5 elements) are gathered in forward and backward
+    schedule = calls(Workload(Model(hidden=256, layers=1, heads=4, seq=32, vocab=128), "zero3", dp=4))
+    phases = {(c.collective, c.phase): c.overlapped for c in schedule}
+    assert phases[("allgather", "forward")] and phases[("allgather", "backward")]
+    assert not phases[("reduce_scatter", "gradients")]
+    assert {c.group for c in schedule} == {"dp"}
+
+
+def test_tp_dp_and_pipeline_calls_go_to_their_groups():
+    tp_dp = calls(Workload(TINY, "tp", dp=2, tp=2))
+    assert {c.group for c in tp_dp if c.phase == "gradients"} == {"dp"}
+    assert {c.group for c in tp_dp if c.phase == "forward"} == {"tp"}
+    pp = calls(Workload(TINY, "pp", pp=2, microbatches=2))
+    sends = [c for c in pp if c.collective == "send"]
+    assert sends and {c.group for c in sends} == {"pp"}
+    # Eq. 4's counts are summed over the p stages: one rank's share is count / p.
+    model_sends = sum(m.count for m in build(Workload(TINY, "pp", pp=2, microbatches=2)).messages
+                      if m.collective == "send")
+    assert len(sends) == int(model_sends / 2 + 0.5)
+
+
+def test_layers_k_of_a_preset_is_recorded_and_bounded():
+    import argparse
+
+    from microbench.replay import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    model = cli._model(parser.parse_args(["--model", "13B", "--layers", "2"]))
+    assert (model.name, model.layers, model.hidden) == ("13B", 2, 5120)
+    with pytest.raises(UsageError, match="between 1 and 40"):
+        cli._model(parser.parse_args(["--model", "13B", "--layers", "41"]))
