@@ -27,6 +27,7 @@ LAYERS = (
     ("gate",),
     ("workload",),
     ("importers",),
+    ("replay",),
     ("report",),
     ("reframe",),
     ("cli", "__main__"),
