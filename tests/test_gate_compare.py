@@ -6,6 +6,7 @@ import json
 import math
 from itertools import combinations
 
+import numpy as np
 import pytest
 from fixtures.gate.synth import base_latency, pairs_result, private_index, result, write_run, write_runs
 
@@ -129,8 +130,80 @@ def test_single_runs_cannot_be_judged_and_fail_only_when_asked(tmp_path, capsys)
     assert all(r.interval is None and r.p_adjusted is None for r in result.rows)
     assert cli("--baseline", base, "--new", new) == 0
     out = capsys.readouterr().out
-    assert "too few runs" in out and "regression?" in out and "-> PASS" in out
+    assert "too few runs" in out and "regression?" in out and "PASS" not in out
+    last = out.splitlines()[-1]
+    assert last.startswith("# 8 configuration(s) compared: 8 regression? -> UNTESTED: 8 change(s) beyond 5 % could "
+                           "not be tested (8 worse, 0 better): a side had 1 run(s): 2 or more runs a side"), last
+    assert "--lookback" in last and last.endswith("(exit 0)")
+    assert "#   allreduce: nothing (too few runs)" in out
+    assert cli("--baseline", base, "--new", new, "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["outcome"] == "UNTESTED" and doc["exit_status"] == 0 and "UNTESTED" in doc["outcome_text"]
+    assert doc["untested"]["count"] == 8 and doc["untested"]["worse"] == 8 and "2 or more" in doc["untested"]["remedy"]
+    assert all(r["detectable_change_90"] is None for r in doc["rows"])
     assert cli("--baseline", base, "--new", new, "--fail-unconfirmed") == 1
+    out = capsys.readouterr().out
+    assert "-> FAIL; also 8 change(s) beyond 5 % could not be tested" in out
+
+
+def test_tested_comparisons_still_pass_and_say_what_they_could_see(tmp_path, capsys):
+    base = write_runs(tmp_path / "base.jsonl", 6, slower(1.0), prefix="b")
+    new = write_runs(tmp_path / "new.jsonl", 6, slower(1.0), prefix="n", day=2)
+    assert cli("--baseline", base, "--new", new, "--plan", "25%") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].endswith("8 ok -> PASS")
+    seen = [line for line in out.splitlines() if line.startswith("#   ")]
+    assert [line.split(":")[0] for line in seen] == ["#   allreduce", "#   latency"]
+    assert all("runs a side (median / worst size)" in line for line in seen), seen
+    assert cli("--baseline", base, "--new", new, "--json", "--plan", "25%") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["outcome"] == "PASS" and doc["untested"]["count"] == 0 and doc["plan_change"] == 0.25
+    for row in doc["rows"]:
+        assert 0.05 < row["detectable_change_90"] < 1 and row["plan_runs_per_side"] >= 2
+        # the runs each side had detect their own figure: plan for it and get no more runs than they had
+    by_bench = {g["benchmark"]: g for g in doc["could_see"]}
+    assert set(by_bench) == {"allreduce", "latency"} and by_bench["latency"]["sizes"] == 4
+    assert by_bench["latency"]["detectable_median"] <= by_bench["latency"]["detectable_max"]
+    assert cli("--baseline", base, "--new", new, "--plan", "4%") == 0
+    assert "a 4 % change is within the 5 % threshold: never flagged" in capsys.readouterr().out
+
+
+def test_planned_runs_detect_the_planned_change():
+    """runs_needed's n, fed back into the model, detects the change; n - 1 does not."""
+    from microbench.gate import compare_power as power
+
+    thr = power.log_threshold(0.05, False)
+    goal = power.from_fraction(0.25, False)
+    n = power.runs_needed(0.28, 0.0, 20, 0.05, thr, goal)
+    assert n is not None and 40 < n < 80  # about 61: 0.05/20 two-sided and 90 % power, log SD 0.28
+
+    def d90(k):
+        return power.detectable_log(math.sqrt(2 * 0.28 ** 2 / k), 2 * k - 2, 20, 0.05, thr)
+    assert d90(n) <= goal < d90(n - 1)
+    assert power.runs_needed(0.28, 0.0, 20, 0.05, thr, power.from_fraction(0.04, False)) is None
+    assert power.detection_probability(d90(n), math.sqrt(2 * 0.28 ** 2 / n), 2 * n - 2, 20, 0.05, thr) == \
+        pytest.approx(0.9, abs=1e-6)
+
+
+@pytest.mark.parametrize("runs,sd", [(6, 0.2), (8, 0.28), (16, 0.3)])
+def test_predicted_detectable_change_is_caught_nine_times_in_ten(runs, sd):
+    """Monte Carlo with compare's own test and verdict: log-normal runs, a true change at the predicted D90 (one
+    configuration of 20 tested, the rest null) is flagged REGRESSION in about 90 % of comparisons. (At 3 or 4 runs a
+    side Welch's df falls below 2n - 2 and the figure from the nominal df is kind: 0.62 and 0.76.)"""
+    from microbench.gate import compare_power as power
+
+    rng = np.random.default_rng(runs)
+    thr = power.log_threshold(0.05, False)
+    se, df = math.sqrt(2 * sd * sd / runs), 2 * runs - 2
+    change = power.detectable_log(se, df, 20, 0.05, thr)
+    caught, trials = 0, 1500
+    for _ in range(trials):
+        base = np.exp(rng.normal(0, sd, runs))
+        new = np.exp(rng.normal(change, sd, runs))
+        test = ratiotest.run_test(base.tolist(), new.tolist())
+        ratio = float(np.median(new) / np.median(base))
+        caught += verdict(ratio, min(1.0, test.p * 20), 0.05, 0.05, False) == REGRESSION
+    assert 0.82 <= caught / trials <= 0.96, caught / trials
 
 
 def test_launch_to_launch_noise_is_not_a_regression(tmp_path):

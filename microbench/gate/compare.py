@@ -16,7 +16,11 @@ Per configuration (``keys.config_key``: benchmark, size, ranks, backend, options
   its adjusted p-value is at most alpha. Beyond the threshold with too few runs for any test (a side
   with one run, no history) is *unconfirmed* ("regression?"); beyond it and not significant is noise.
 - the interval shown is for the ratio of geometric means at 1 - alpha / m (Bonferroni), so all m
-  intervals hold together with at least the confidence asked.
+  intervals hold together with at least the confidence asked;
+- what it could see (``compare_power``): per configuration the smallest change in the bad direction it would
+  have flagged with 90 % probability, and with ``plan`` the runs a side a given change needs;
+- a comparison with changes beyond the threshold that could not be tested is ``UNTESTED``, not PASS
+  (``outcome``), with what would test them (``untested_remedy``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from microbench.gate import compare_power as power
 from microbench.gate.family import holm
 from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_test, run_correlation, run_test
 from microbench.results.columns import Table, per_run_medians
@@ -65,6 +70,8 @@ class Row:
     interval: tuple[float, float] | None = None
     verdict: str = OK
     days: int | None = None  #: baseline days the new runs were judged against (by_day), else None
+    detectable: float | None = None  #: smallest bad change (fraction) flagged with 90 % probability; None: untested
+    runs_needed: int | None = None  #: with a plan: runs a side for the planned change (None: out of reach)
 
     @property
     def baseline_median(self) -> float:
@@ -82,7 +89,8 @@ class Row:
                 "test": t.method if t else None, "baseline_days": self.days,
                 "ratio_geometric_means": math.exp(t.log_diff) if t else None, "p": t.p if t else None,
                 "p_adjusted": self.p_adjusted, "ci_low": iv[0] if iv else None, "ci_high": iv[1] if iv else None,
-                "verdict": self.verdict}
+                "verdict": self.verdict, "se_log": t.se if t else None, "df": t.df if t else None,
+                "detectable_change_90": self.detectable, "plan_runs_per_side": self.runs_needed}
 
 
 @dataclass
@@ -96,6 +104,17 @@ class Comparison:
     rows: list[Row] = field(default_factory=list)
     only_baseline: list[ConfigKey] = field(default_factory=list)
     only_new: list[ConfigKey] = field(default_factory=list)
+    plan: float | None = None  #: a change (fraction, bad direction) to plan run counts for (compare --plan)
+    by_day: bool = False
+
+    @property
+    def tested(self) -> int:
+        return sum(r.test is not None for r in self.rows)
+
+    @property
+    def untested(self) -> list[Row]:
+        """Rows beyond the threshold, either way, that no test could judge (too few runs or days)."""
+        return [r for r in self.rows if r.verdict in (UNCONFIRMED, IMPROVED_UNCONFIRMED)]
 
     @property
     def alpha(self) -> float:
@@ -139,6 +158,24 @@ def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None
     return out
 
 
+def outcome(result: Comparison, code: int) -> str:
+    """FAIL (exit 1), UNTESTED (exit 0, but changes beyond the threshold could not be tested) or PASS."""
+    return "FAIL" if code else "UNTESTED" if result.untested else "PASS"
+
+
+def untested_remedy(result: Comparison) -> str:
+    """What would test the untested rows: more runs a side, or a lookback with more days."""
+    rows = result.untested
+    if not rows:
+        return ""
+    if result.by_day:
+        fewest = min(r.days or 0 for r in rows)
+        return f"the lookback found {fewest} day(s) with runs; it needs 3 or more (a longer --lookback)"
+    fewest = min(min(len(r.baseline), len(r.new)) for r in rows)
+    return (f"a side had {fewest} run(s): 2 or more runs a side would test them (see --plan for how many to see "
+            f"a given change), or --lookback DAYS over 3+ days of nightly runs")
+
+
 def verdict(ratio: float, adjusted: float | None, alpha: float, threshold: float, higher_better: bool) -> str:
     """Classify one ratio (new / baseline) by the threshold and the Holm-adjusted p-value (None: untested)."""
     worse = ratio < 1 - threshold if higher_better else ratio > 1 + threshold
@@ -155,11 +192,13 @@ def verdict(ratio: float, adjusted: float | None, alpha: float, threshold: float
 def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p50",
             threshold: float = 0.05, confidence: float = 0.95,
             select: Callable[[Table], np.ndarray] | None = None, by_day: bool = False,
-            rho: float | None = None, baseline_rows: np.ndarray | None = None) -> Comparison:
+            rho: float | None = None, baseline_rows: np.ndarray | None = None,
+            plan: float | None = None) -> Comparison:
     """Compare every configuration measured on both sides; small messages first. ``select`` gives the
     rows of a table to compare (a boolean mask), ``baseline_rows`` narrows the baseline further (a
     lookback window); ``by_day`` judges against the baseline's days; ``rho`` the correlation of
-    back-to-back runs (None: measured from both sides' runs)."""
+    back-to-back runs (None: measured from both sides' runs); ``plan`` a change (fraction, bad direction) to
+    count the runs a side for."""
     base_mask = select(baseline) if select else np.ones(len(baseline), dtype=bool)
     if baseline_rows is not None:
         base_mask = base_mask & baseline_rows
@@ -171,6 +210,7 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
         result = Comparison(metric, stat, threshold, confidence, run_correlation(series), "measured")
     else:
         result = Comparison(metric, stat, threshold, confidence, rho, "given")
+    result.plan, result.by_day = plan, by_day
     for key in sorted(set(base_values) | set(new_values), key=ConfigKey.sort_key):
         if key not in new_values:
             result.only_baseline.append(key)
@@ -204,3 +244,19 @@ def _judge(result: Comparison, higher_better: bool) -> None:
         row.p_adjusted = adj
         row.interval = row.test.interval(level) if row.test else None
         row.verdict = verdict(row.ratio, adj, result.alpha, result.threshold, higher_better)
+    _could_see(result, higher_better)
+
+
+def _could_see(result: Comparison, higher_better: bool) -> None:
+    """Each row's detectable change (and, with a plan, its runs a side), by ``compare_power``."""
+    log_thr = power.log_threshold(result.threshold, higher_better)
+    tested = result.tested
+    for row in result.rows:
+        if row.test is not None:
+            d = power.detectable_log(row.test.se, row.test.df, tested, result.alpha, log_thr)
+            row.detectable = power.as_fraction(d, higher_better)
+        if result.plan is not None:
+            sd = power.pooled_log_sd(row.baseline, row.new)
+            row.runs_needed = None if sd is None else power.runs_needed(
+                sd, result.rho, max(tested, len(result.rows)), result.alpha, log_thr,
+                power.from_fraction(result.plan, higher_better))

@@ -7,7 +7,10 @@ whose variance allows for the correlation of back-to-back runs (measured from th
 baseline's last DAYS days. The p-values of all configurations are Holm-adjusted: a comparison reports a
 false REGRESSION with probability at most 1 - --confidence, however many configurations it holds.
 A regression is a ratio beyond --threshold in the bad direction that is significant after adjustment.
-Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input.
+Changes beyond the threshold that no test could judge (too few runs) end the report UNTESTED, not PASS, with
+what would test them. Per benchmark it says the smallest change it would have flagged with 90 % probability,
+and with --plan PCT how many runs a side a change of PCT needs on these runs' spread.
+Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input; UNTESTED exits 0.
 See docs/regressions.md.
 """
 
@@ -18,8 +21,9 @@ import argparse
 import numpy as np
 
 from microbench.errors import UsageError
-from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare
-from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, geometric_means, report_lines
+from microbench.gate import compare_power as power
+from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare, outcome, untested_remedy
+from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, final_word, geometric_means, report_lines
 from microbench.records.jsonout import dump_strict
 from microbench.results import selection as select_runs
 from microbench.results.columns import RunInfo, Table
@@ -53,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 1 also when a change beyond the threshold could not be tested for lack of runs")
     p.add_argument("--allow-unconfirmed", action="store_true",
                    help="kept for old scripts: unconfirmed changes no longer fail unless --fail-unconfirmed")
+    p.add_argument("--plan", type=lambda t: parse_threshold(t, "--plan"), metavar="PCT",
+                   help="also say how many runs a side would flag a change of PCT (e.g. 25%%) with 90 %% probability "
+                        "on these runs' spread, per benchmark")
     p.add_argument("--table", action="store_true",
                    help="also a table per benchmark: geometric mean of the ratios across sizes")
     p.add_argument("--changes-only", action="store_true", help="table: leave out rows whose verdict is ok")
@@ -111,7 +118,8 @@ def main(args) -> int:
     new_table = load_table(args.new, "new", [stat], select_runs.Selection.from_args(args), keep)
     window = lookback_mask(baseline_table, new_table, args.lookback) if args.lookback else None
     result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, select,
-                     by_day=bool(args.lookback), rho=args.run_correlation, baseline_rows=window)
+                     by_day=bool(args.lookback), rho=args.run_correlation, baseline_rows=window,
+                     plan=getattr(args, "plan", None))
     if not result.rows:
         raise UsageError("nothing to compare: no configuration (benchmark, size, ranks, backend, options) "
                          "was measured on both sides" + (" within the lookback window" if args.lookback else ""))
@@ -151,7 +159,14 @@ def as_json(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], arg
         "interval_confidence": result.interval_confidence, "lookback_days": args.lookback,
         "baseline": _side(baseline, args.baseline), "new": _side(new, args.new),
         "summary": {v: result.count(v) for v in SHOWN_VERDICT},
+        "outcome": outcome(result, code), "outcome_text": final_word(result, code),
+        "untested": {"count": len(result.untested), "worse": result.count(UNCONFIRMED),
+                     "better": len(result.untested) - result.count(UNCONFIRMED), "remedy": untested_remedy(result)},
         "exit_status": code,
+        "power": power.POWER, "plan_change": result.plan,
+        "could_see": [g.as_dict() for g in power.per_benchmark(
+            result.rows, [r.detectable for r in result.rows],
+            [r.runs_needed for r in result.rows] if result.plan is not None else None)],
         "rows": [r.as_dict() for r in result.rows],
         "geometric_means": [g.as_dict() for g in geometric_means(result)],
         "only_baseline": [k.as_dict() for k in result.only_baseline],

@@ -5,9 +5,12 @@ compare_to summarises a suite)."""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
-from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison
+from microbench.gate import compare_power as power
+from microbench.gate.compare import (IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison,
+                                     outcome, untested_remedy)
 from microbench.gate.text import num, render
 from microbench.results import keys
 from microbench.results.columns import RunInfo
@@ -109,9 +112,73 @@ def report_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo]
         if only:
             names = ", ".join(f"{k.benchmark} {format_size(k.size_bytes)}" for k in only[:10])
             lines.append(f"# note: {len(only)} configuration(s) {title}: {names}{' ...' if len(only) > 10 else ''}")
+    lines += could_see_lines(result)
     summary = ", ".join(f"{result.count(v)} {SHOWN_VERDICT[v]}" for v in SHOWN_VERDICT if result.count(v))
-    lines.append(f"# {len(result.rows)} configuration(s) compared: {summary} -> {'FAIL' if code else 'PASS'}")
+    lines.append(f"# {len(result.rows)} configuration(s) compared: {summary} -> {final_word(result, code)}")
     return lines
+
+
+def final_word(result: Comparison, code: int) -> str:
+    """FAIL, PASS, or UNTESTED with the count of untested changes and what would test them (never PASS alone
+    when a change beyond the threshold could not be tested)."""
+    word = outcome(result, code)
+    rows = result.untested
+    if not rows:
+        return word
+    worse = sum(r.verdict == UNCONFIRMED for r in rows)
+    text = (f"{len(rows)} change(s) beyond {result.threshold * 100:g} % could not be tested ({worse} worse, "
+            f"{len(rows) - worse} better): {untested_remedy(result)}")
+    return f"FAIL; also {text}" if word == "FAIL" else f"UNTESTED: {text} (exit {code})"
+
+
+def could_see_lines(result: Comparison) -> list[str]:
+    """Per benchmark: the smallest change flagged with 90 % probability (median and worst over its sizes) and,
+    with a plan, the runs a side the planned change needs."""
+    higher = higher_is_better(result.metric)
+    bad = "fall" if higher else "rise"
+    groups = power.per_benchmark(result.rows, [r.detectable for r in result.rows],
+                                 [r.runs_needed for r in result.rows] if result.plan is not None else None)
+    lines = [f"# could see: the smallest {result.metric} {bad} flagged with {power.POWER * 100:g} % probability "
+             "(at the adjusted level, as the only change; from each row's own spread and runs), per benchmark as "
+             "median / worst over its sizes"]
+    for g, sweep_rows in zip(groups, _rows_by_sweep(result)):
+        t = g.tested
+        seen = f"{power.percent(statistics.median(t))} / {power.percent(t[-1])}" if t else "nothing (too few runs)"
+        if len(t) < g.sizes and t:
+            seen += f" ({g.sizes - len(t)} size(s) untestable)"
+        line = f"#   {_sweep_name(g, groups)}: {seen}"
+        if result.plan is not None:
+            line += "; " + _plan_text(result, g, sweep_rows)
+        lines.append(line)
+    return lines
+
+
+def _plan_text(result: Comparison, g: power.BenchmarkPower, rows: list) -> str:
+    goal = f"{result.plan * 100:g} %"
+    if result.plan <= result.threshold:
+        return f"a {goal} change is within the {result.threshold * 100:g} % threshold: never flagged"
+    if all(power.pooled_log_sd(r.baseline, r.new) is None for r in rows):
+        return f"{goal}: spread unknown (1 run a side)"
+    known = sorted(n for n in g.runs_needed if n is not None)
+    if not known:
+        return f"{goal} needs more than {power.MAX_PLAN_RUNS} runs a side"
+    worst = f"{known[-1]}" if len(known) == g.sizes else f"more than {power.MAX_PLAN_RUNS}"
+    return f"{goal} needs {statistics.median(known):g} / {worst} runs a side (median / worst size)"
+
+
+def _rows_by_sweep(result: Comparison) -> list[list]:
+    groups: dict = {}
+    for r in result.rows:
+        groups.setdefault(r.key.without_size(), []).append(r)
+    return list(groups.values())
+
+
+def _sweep_name(g: power.BenchmarkPower, groups: list[power.BenchmarkPower]) -> str:
+    if sum(o.benchmark == g.benchmark for o in groups) == 1:
+        return g.benchmark
+    extra = ", ".join(f"{k}={v}" for k, v in g.sweep.items() if k not in ("benchmark", "size_bytes") and
+                      len({str(o.sweep.get(k)) for o in groups if o.benchmark == g.benchmark}) > 1)
+    return f"{g.benchmark} ({extra})"
 
 
 def geomean_lines(result: Comparison) -> list[str]:

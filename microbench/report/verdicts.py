@@ -13,6 +13,7 @@ from collections import Counter
 
 from microbench.gate.check import Judgement, RuleOutcome
 from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison
+from microbench.gate.compare_text import final_word
 from microbench.gate.spec import Spec
 from microbench.report.markup import Section, badge, details, el, esc, notes, num, svg_root, table, text_el
 from microbench.results import keys
@@ -172,9 +173,11 @@ def compare_section(result: Comparison, baseline_runs: int, new_runs: int) -> Se
     only = [f"{len(keys_)} configuration(s) only in {side}: " + ", ".join(
         f"{k.benchmark} {format_size(k.size_bytes)}" for k in keys_[:10]) + (" ..." if len(keys_) > 10 else "")
         for side, keys_ in (("the baseline", result.only_baseline), ("the new runs", result.only_new)) if keys_]
-    html += notes(only)
     bad = result.count(REGRESSION)
+    html += notes(only + ([f"Outcome: {final_word(result, 1 if bad else 0)}"] if result.untested else []))
     counts = ", ".join(f"{result.count(v)} {_VERDICT_TEXT.get(v, v)}" for v in
                        (REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED) if result.count(v))
     good = False if bad else None if result.count(UNCONFIRMED) else True  # unconfirmed: not judged either way
-    return Section("compare", "Compare with the baseline", html, f"{len(result.rows)} compared: {counts}", good)
+    untested = f"; UNTESTED: {len(result.untested)} change(s) beyond the threshold" if result.untested else ""
+    return Section("compare", "Compare with the baseline", html, f"{len(result.rows)} compared: {counts}{untested}",
+                   good)
