@@ -1,7 +1,7 @@
 """Student's t distribution (two-sided p-value and quantile) for the gate's tests, without scipy.
 
-scipy.special has both, but importing it costs 1.7 to 2.4 s on the 2-core machines we run on, against a
-2 s budget for a whole `microbench compare`. The p-value is the regularized incomplete beta function
+scipy.special has both, but importing it costs more than a whole `microbench compare` may take
+(docs/results-at-scale.md). The p-value is the regularized incomplete beta function
 I_x(df/2, 1/2) with x = df / (df + t^2), evaluated by its continued fraction (modified Lentz), accurate
 to about 1e-12 here; the quantile inverts it by bisection. Both accept non-integer degrees of freedom
 (Welch's).

@@ -13,14 +13,14 @@ skipped silently: the tools then read the JSONL files, as they would without an 
 users may write to (writable by group or others, or owned by another user) is not
 used, with a note: an entry planted there would stand in for a file's results.
 
-Decoding is the cold read's cost (about 6 s of CPU per GB of JSONL even with msgspec skipping what it does
-not need, then the part is built and written). When ``PARALLEL_FROM`` or more files are left to read and one
+Decoding is the cold read's cost (seconds of CPU per GB of JSONL even with msgspec skipping what it does
+not need, then the part is built and written; docs/results-at-scale.md has the figures). When ``PARALLEL_FROM`` or more files are left to read and one
 is not in the index, files not in the index are decoded by worker processes (one per CPU this process may
 run on, at most ``MAX_WORKERS``; ``$MICROBENCH_READ_WORKERS`` sets the number, 1 reads in this process), a
 few files ahead of the one being merged, and merged in order; a nightly read (one new file) never starts
 them. Workers are forked, so only where fork is safe: this process runs one thread. Where files are decoded
 in the tool's own process, their entries are written by one thread beside it (creating and renaming a file
-costs about half a millisecond here, and the thread does it while the next file is decoded).
+is a large share of a small file's read, and the thread does it while the next file is decoded).
 """
 
 from __future__ import annotations
