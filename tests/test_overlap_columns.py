@@ -113,7 +113,8 @@ def test_the_overlap_figure_draws_the_record_paths_values(folder, benchmark):
     assert len(merged) == 1 and merged[0].runs == 2
     per_size = list(zip(*(want[r][1] for r in want)))
     assert merged[0].omb == pytest.approx([float(np.median(v)) for v in per_size], rel=1e-12)
-    newest = max(runs, key=lambda r: r.meta["time_utc"]).run_id
+    # the run that started last; of runs started in the same second, the one read last (curves.newest_run)
+    newest = max(enumerate(runs), key=lambda ir: (ir[1].meta["time_utc"], ir[0]))[1].run_id
     assert merged[0].newest == want[newest][1]
 
 

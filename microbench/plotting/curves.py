@@ -72,7 +72,8 @@ def resolve_by(by: str, runs: int) -> str:
 
 
 def newest_run(table: Table, rows: np.ndarray) -> int | None:
-    """The run (index) among ``rows`` that started last."""
+    """The run (index) among ``rows`` that started last (of runs that started in the same second, the one read
+    last)."""
     runs = table.used_runs(rows)
     timed = [(run_time(table.runs[i]), i) for i in runs if run_time(table.runs[i])]
     return max(timed)[1] if timed else (runs[-1] if runs else None)
