@@ -98,8 +98,12 @@ def summarize(samples_us: np.ndarray | None, reducer: Reducer) -> dict | None:
 
 
 def bandwidth_gbps(nbytes: float, latency_us: float) -> float:
-    """Bytes per latency as GB/s (1 GB = 1e9 bytes); 0 when latency is 0 (inf for a latency too small to hold)."""
-    return nbytes / latency_us / 1e3 if latency_us > 0 else 0.0
+    """Bytes per latency as GB/s (1 GB = 1e9 bytes); 0 when the latency is 0 (or so small that it is 0 s).
+
+    The same expression as ``results.metrics``, so a figure read back from a record equals the one computed
+    from its latency, to the last bit."""
+    seconds = latency_us * 1e-6
+    return nbytes / seconds / 1e9 if seconds > 0 else 0.0
 
 
 def first_call_summary(values: list[float] | None, reducer) -> dict | None:
