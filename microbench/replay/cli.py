@@ -24,7 +24,8 @@ from microbench.errors import UsageError
 from microbench.replay.execute import Executor, split
 from microbench.replay.layout import Layout
 from microbench.replay.schedule import OVERLAP_RULE, calls
-from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload
+from microbench.workload.cli import add_parallel_arguments
+from microbench.workload.distribution import SCHEMES, Workload
 from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS, Model, preset
 
 
@@ -39,13 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq", type=int, metavar="S", help=f"sequence length s (default {DEFAULT_SEQ})")
     g.add_argument("--vocab", type=int, metavar="V", help=f"vocabulary V (default {DEFAULT_VOCAB})")
     g.add_argument("--scheme", choices=SCHEMES, default="ddp", help="how the model is trained (default ddp)")
-    g.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel size d (default 1)")
-    g.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel size t (default 1)")
-    g.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline size p (default 1)")
-    g.add_argument("--micro-batch", type=int, default=4, metavar="B", help="micro-batch b (default 4)")
-    g.add_argument("--microbatches", type=int, default=1, metavar="M",
-                   help="pipeline microbatches per iteration (default 1)")
-    g.add_argument("--dtype", choices=TRAINING_DTYPES, default="bf16", help="training precision (default bf16)")
+    add_parallel_arguments(g)
     g = p.add_argument_group("run")
     g.add_argument("--np", type=int, metavar="N", help="start N local ranks under the installed MPI's mpiexec")
     g.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed iterations first (default 1)")

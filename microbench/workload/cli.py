@@ -50,6 +50,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def add_parallel_arguments(g) -> None:
+    """The layout and precision of training (-dp, -tp, -pp, micro-batches, dtype): workload's and replay's."""
+    g.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel size d (default 1)")
+    g.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel size t (default 1)")
+    g.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline size p (default 1)")
+    g.add_argument("--micro-batch", type=int, default=4, metavar="B", help="micro-batch b (default 4)")
+    g.add_argument("--microbatches", type=int, default=1, metavar="M",
+                   help="pipeline microbatches per iteration (default 1)")
+    g.add_argument("--dtype", choices=TRAINING_DTYPES, default="bf16", help="training precision (default bf16)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (Eq. 1)")
     g.add_argument("--model", choices=list(PRESETS), help="a GPT-NeoX configuration of the paper")
@@ -61,13 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab", type=int, metavar="V", help="vocabulary V (default 50304)")
     g = p.add_argument_group("training")
     g.add_argument("--scheme", choices=SCHEMES, help="how the model is trained (default ddp)")
-    g.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel size d (default 1)")
-    g.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel size t (default 1)")
-    g.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline size p (default 1)")
-    g.add_argument("--micro-batch", type=int, default=4, metavar="B", help="micro-batch b (default 4)")
-    g.add_argument("--microbatches", type=int, default=1, metavar="M",
-                   help="pipeline microbatches per iteration (default 1)")
-    g.add_argument("--dtype", choices=TRAINING_DTYPES, default="bf16", help="training precision (default bf16)")
+    add_parallel_arguments(g)
     g.add_argument("--node-size", type=int, default=8, metavar="K",
                    help="ranks per node, for ZeRO++'s hpZ and qgZ groups (default 8)")
     g = p.add_argument_group("trace (instead of a scheme)")
