@@ -39,7 +39,7 @@ def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups):
 
 def test_two_ranks_under_mpiexec():
     out = _replay(mpiexec(2, "replay", *MODEL, "--scheme", "ddp", "--dp", "2", *FAST))
-    assert out["dp"] == 2 and out["per_collective_s"]["allreduce"] > 0
+    assert out["workload"]["dp"] == 2 and out["per_collective_s"]["allreduce"] > 0
 
 
 def test_a_layout_that_does_not_fill_the_job_is_one_error_line():

@@ -1,14 +1,17 @@
-"""Replay one training iteration's communication on real communicators and time it.
+"""Replay one training iteration's communication on real communicators, with its compute, and time it.
 
   microbench replay --np 4 --model 125M --scheme ddp --dp 4
-  microbench replay --np 4 --hidden 512 --layers 2 --heads 8 --scheme tp --tp 2 --dp 2 --json
-  mpiexec -n 4 microbench replay --model 1.3B --scheme zero3 --dp 4 --iterations 5
+  microbench replay --np 4 --hidden 512 --layers 2 --heads 8 --scheme tp --tp 2 --dp 2 --tflops 0.05 --json
+  mpiexec -n 4 microbench replay --model 13B --layers 1 --seq 256 --scheme zero3 --dp 4 --iterations 5
+  microbench replay --np 2 --trace rank0.log rank1.log --trace-format nccl
 
-The calls are the workload model's (``microbench workload``) for the scheme, setup excluded, issued in
-phase order back to back on the layout's communicators (Megatron rank order: TP, then PP, then DP), from
-one pooled host buffer, on MPI. Each timed iteration starts after a barrier; its wall time is the slowest
-rank's. Per collective kind and per group: seconds inside the calls (and their waits), slowest rank.
-Figures are medians over the timed iterations.
+The calls are the workload model's (``microbench workload``) for the scheme, setup excluded, or a trace's;
+issued back to back on the layout's communicators (Megatron rank order: TP, then PP, then DP) from one
+buffer pool, with ``--tflops`` compute placed between them (``replay/schedule.py``). Order in the launch:
+the first iteration (cold: its calls are the first of their sizes), the other warm-up iterations, the
+per-call latencies of every distinct call (``replay/calibrate.py``), then the timed iterations and as many
+compute-only ones. Each timed iteration starts after a barrier; per figure, the slowest rank's, and the
+median over the timed iterations.
 """
 
 from __future__ import annotations
@@ -21,12 +24,21 @@ import statistics
 from microbench.cluster import launch
 from microbench.cluster.world import init_world, require_mpi
 from microbench.errors import UsageError
-from microbench.replay.execute import Executor, split
+from microbench.replay import calibrate
+from microbench.replay.execute import Executor, IterationTimes
 from microbench.replay.layout import Layout
-from microbench.replay.schedule import OVERLAP_RULE, calls
-from microbench.workload.cli import add_parallel_arguments
+from microbench.replay.schedule import COMPUTE_RULE, OVERLAP_RULE, Call, calls, from_messages, largest_bytes, steps
+from microbench.workload.cli import _positive_float, add_parallel_arguments, add_trace_arguments
 from microbench.workload.distribution import SCHEMES, Workload
 from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS, Model, preset
+
+MEASURE_RULES = [
+    "wall: per timed iteration the slowest rank's wall time, median over timed iterations",
+    "per collective, group and call: the slowest rank's seconds inside those calls (an overlapped call: its post "
+    "and its share of the wait that completes it), median over timed iterations",
+    "exposed communication: median wall of the timed iterations minus median wall of the compute-only "
+    "iterations (the same compute slices, no calls), slowest rank",
+]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,14 +53,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab", type=int, metavar="V", help=f"vocabulary V (default {DEFAULT_VOCAB})")
     g.add_argument("--scheme", choices=SCHEMES, default="ddp", help="how the model is trained (default ddp)")
     add_parallel_arguments(g)
+    add_trace_arguments(p.add_argument_group("trace (instead of a model: its calls on all ranks)"))
+    g = p.add_argument_group("compute")
+    g.add_argument("--tflops", type=_positive_float, metavar="X",
+                   help="achieved TFLOP/s per device: run 6*params*tokens/(t*p) FLOP of compute per iteration "
+                        "at that rate between the calls (the calibrated host kernel), and as many compute-only "
+                        "iterations, for the exposed communication (needs a model)")
     g = p.add_argument_group("run")
     g.add_argument("--np", type=int, metavar="N", help="start N local ranks under the installed MPI's mpiexec")
-    g.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed iterations first (default 1)")
+    g.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="untimed iterations first, the first reported on its own as the cold iteration (default 1)")
     g.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def _model(args) -> Model:
+def _model(args) -> Model | None:
     dims = (args.hidden, args.layers, args.heads)
     if args.model:
         if args.hidden is not None or args.heads is not None:
@@ -62,16 +81,38 @@ def _model(args) -> Model:
         return dataclasses.replace(full, layers=args.layers)
     if all(v is not None for v in dims):
         return Model(args.hidden, args.layers, args.heads, args.seq or DEFAULT_SEQ, args.vocab or DEFAULT_VOCAB)
-    raise UsageError("give --model NAME, or all of --hidden --layers --heads")
+    if args.trace and not any(v is not None for v in dims):
+        return None
+    raise UsageError("give --model NAME, or all of --hidden --layers --heads, or --trace FILE")
 
 
-def _workload(args) -> Workload:
-    if args.warmup < 0 or args.iterations < 1:
-        raise UsageError("--warmup must be at least 0 and --iterations at least 1")
-    w = Workload(_model(args), args.scheme, args.dp, args.tp, args.pp, args.micro_batch, args.microbatches,
-                 args.dtype)
+def _workload(args) -> Workload | None:
+    if args.warmup < 1 or args.iterations < 1:
+        raise UsageError("--warmup and --iterations must be at least 1 (the first iteration is the cold one)")
+    model = _model(args)
+    if model is None:
+        if args.tflops:
+            raise UsageError("--tflops needs a model (--model or --hidden --layers --heads) for the compute time")
+        return None
+    if args.trace:
+        raise UsageError("give a model or --trace, not both")
+    w = Workload(model, args.scheme, args.dp, args.tp, args.pp, args.micro_batch, args.microbatches, args.dtype)
     w.validate()
     return w
+
+
+def _schedule(args, workload: Workload | None, world: int) -> tuple[list[Call], list[str], Layout]:
+    if workload is not None:
+        layout = Layout(workload.tp, workload.pp, workload.dp)
+        layout.check(world)
+        return calls(workload), [], layout
+    from microbench.workload.traces import read_traces
+
+    trace = read_traces(args.trace, args.trace_format, args.trace_group_size, args.trace_partial)
+    schedule, notes = from_messages(trace.messages(args.trace_iterations), world)
+    if not schedule:
+        raise UsageError(f"no collective calls to replay in {', '.join(args.trace)}")
+    return schedule, [*notes, *trace.notes], Layout(dp=world)
 
 
 def main(args) -> int:
@@ -80,63 +121,118 @@ def main(args) -> int:
     if args.np is not None and not launch.discover().under_launcher:
         if args.np < 1:
             raise UsageError(f"--np must be at least 1 (got {args.np})")
-        Layout(workload.tp, workload.pp, workload.dp).check(args.np)
+        _schedule(args, workload, args.np)
         return launch.self_launch(args._argv, args.np)
     world = init_world()
     require_mpi(world, "microbench replay")
     MPI = world.MPI
-    layout = Layout(workload.tp, workload.pp, workload.dp)
-    layout.check(world.nranks)
-    schedule = calls(workload)
-    executor = Executor(MPI, split(MPI, MPI.COMM_WORLD, layout, world.rank), schedule)
+    schedule, notes, layout = _schedule(args, workload, world.nranks)
+    from microbench.replay.issue_mpi import MpiIssuer
+
+    issuer = MpiIssuer(MPI, MPI.COMM_WORLD, layout, world.rank, largest_bytes(schedule))
+    compute_s = 0.0
+    kernel = None
+    if args.tflops:
+        from microbench.replay.compute import SliceKernel, iteration_compute_s
+
+        compute_s = iteration_compute_s(workload, args.tflops)
+    plan = steps(schedule, compute_s)
+    if compute_s:
+        kernel = SliceKernel(plan)
+    executor = Executor(issuer, plan, kernel)
     try:
-        for _ in range(args.warmup):
-            MPI.COMM_WORLD.Barrier()
+        issuer.barrier()
+        first = executor.iteration()
+        for _ in range(args.warmup - 1):
+            issuer.barrier()
             executor.iteration()
-        timed = []
+        latencies = calibrate.measure(issuer, layout, world.rank, schedule)
+        timed, compute_only = [], []
         for _ in range(args.iterations):
-            MPI.COMM_WORLD.Barrier()
+            issuer.barrier()
             timed.append(executor.iteration())
+        for _ in range(args.iterations if compute_s else 0):
+            issuer.barrier()
+            compute_only.append(executor.iteration(compute_only=True))
+        summary = _summary(issuer, workload, schedule, first, timed, compute_only, latencies)
     finally:
-        executor.close()
-    summary = _summary(MPI, timed, workload, schedule)
+        issuer.close()
+    summary["notes"] = notes
+    summary["compute"] = ({"tflops_per_device": args.tflops, "seconds_per_iteration": compute_s,
+                           "rule": COMPUTE_RULE, **kernel.describe()} if kernel else None)
+    summary["backend"] = issuer.backend
     if world.rank == 0:
         print(json.dumps(summary, indent=2) if args.json else _table(summary), flush=True)
     world.close()
     return 0
 
 
-def _slowest(MPI, value: float) -> float:
-    return MPI.COMM_WORLD.allreduce(value, op=MPI.MAX)
+def _median_slowest(issuer, values: list[float]) -> float:
+    return statistics.median(issuer.world_max(v) for v in values)
 
 
-def _summary(MPI, timed, workload: Workload, schedule) -> dict:
-    """Medians over the timed iterations of the slowest rank's seconds (collective on every rank)."""
+def _summary(issuer, workload, schedule, first: IterationTimes, timed: list[IterationTimes],
+             compute_only: list[IterationTimes], latencies: dict) -> dict:
+    """The slowest rank's figures, medians over the timed iterations (collective on every rank)."""
     kinds = sorted({c.collective for c in schedule})
     groups = sorted({c.group for c in schedule})
-    wall = [_slowest(MPI, t.wall_s) for t in timed]
-    per_collective = {k: statistics.median(_slowest(MPI, t.per_collective_s.get(k, 0.0)) for t in timed)
-                      for k in kinds}
-    per_group = {g: statistics.median(_slowest(MPI, t.per_group_s.get(g, 0.0)) for t in timed) for g in groups}
-    return {
-        "model": workload.model.describe(), "scheme": workload.scheme, "layers_replayed": workload.model.layers,
-        "model_layers": PRESETS[workload.model.name][0] if workload.model.name else workload.model.layers,
-        "dp": workload.dp, "tp": workload.tp, "pp": workload.pp, "dtype": workload.dtype,
+    keys = sorted({(c.collective, c.group, c.bytes) for c in schedule})
+    wall = [issuer.world_max(t.wall_s) for t in timed]
+    compute_wall = _median_slowest(issuer, [t.wall_s for t in compute_only]) if compute_only else 0.0
+    median_wall = statistics.median(wall)
+    counts = {k: sum(1 for c in schedule if (c.collective, c.group, c.bytes) == k) for k in keys}
+    per_call = []
+    for key in keys:
+        inside = _median_slowest(issuer, [t.per_call_s.get(key, 0.0) for t in timed])
+        lat = latencies.get(key)
+        per_call.append({"collective": key[0], "group": key[1], "bytes": key[2], "calls": counts[key],
+                         "replayed_s": inside,
+                         "isolated_s_per_call": issuer.world_max(lat.isolated_s) if lat else None,
+                         "concurrent_s_per_call": issuer.world_max(lat.concurrent_s) if lat else None})
+    out = {
+        "workload": None, "iterations": len(timed),
         "calls_per_iteration": len(schedule), "bytes_per_iteration": sum(c.bytes for c in schedule),
-        "iterations": len(timed), "wall_s": statistics.median(wall), "wall_min_s": min(wall),
-        "wall_max_s": max(wall), "per_collective_s": per_collective, "per_group_s": per_group,
-        "rules": [OVERLAP_RULE, "wall: median over timed iterations of the slowest rank's iteration time; per "
-                  "collective and group: median of the slowest rank's seconds inside those calls and their waits"],
+        "first_iteration_s": issuer.world_max(first.wall_s),
+        "wall_s": median_wall, "wall_min_s": min(wall), "wall_max_s": max(wall),
+        "compute_only_s": compute_wall if compute_only else None,
+        "exposed_communication_s": median_wall - compute_wall,
+        "exposed_share": (median_wall - compute_wall) / median_wall if median_wall > 0 else 0.0,
+        "per_collective_s": {k: _median_slowest(issuer, [t.per_collective_s.get(k, 0.0) for t in timed])
+                             for k in kinds},
+        "per_group_s": {g: _median_slowest(issuer, [t.per_group_s.get(g, 0.0) for t in timed]) for g in groups},
+        "per_call": per_call,
+        "rules": [OVERLAP_RULE, *MEASURE_RULES, calibrate.__doc__.split("\n\n")[1].replace("\n", " ")],
     }
+    if workload is not None:
+        out["workload"] = {
+            "model": workload.model.describe(), "scheme": workload.scheme, "layers_replayed": workload.model.layers,
+            "model_layers": PRESETS[workload.model.name][0] if workload.model.name else workload.model.layers,
+            "dp": workload.dp, "tp": workload.tp, "pp": workload.pp, "dtype": workload.dtype,
+            "micro_batch": workload.micro_batch, "microbatches": workload.microbatches}
+    return out
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
 def _table(s: dict) -> str:
-    part = (f" ({s['layers_replayed']} of its {s['model_layers']} layers replayed)"
-            if s["layers_replayed"] != s["model_layers"] else "")
-    lines = [f"replay: {s['model']}{part}, scheme {s['scheme']} (dp {s['dp']}, tp {s['tp']}, pp {s['pp']}, {s['dtype']})",
-             f"  {s['calls_per_iteration']} calls, {s['bytes_per_iteration']} B per iteration per rank",
-             f"  iteration wall {s['wall_s'] * 1e3:.3f} ms (median of {s['iterations']}; "
-             f"min {s['wall_min_s'] * 1e3:.3f}, max {s['wall_max_s'] * 1e3:.3f})"]
-    lines += [f"  {k:<16} {v * 1e3:10.3f} ms" for k, v in s["per_collective_s"].items()]
-    lines += [f"  group {g:<10} {v * 1e3:10.3f} ms" for g, v in s["per_group_s"].items()]
+    w = s["workload"]
+    if w:
+        part = (f" ({w['layers_replayed']} of its {w['model_layers']} layers replayed)"
+                if w["layers_replayed"] != w["model_layers"] else "")
+        head = (f"replay: {w['model']}{part}, scheme {w['scheme']} (dp {w['dp']}, tp {w['tp']}, pp {w['pp']}, "
+                f"{w['dtype']}), backend {s['backend']}")
+    else:
+        head = f"replay: trace, backend {s['backend']}"
+    lines = [head, f"  {s['calls_per_iteration']} calls, {s['bytes_per_iteration']} B per iteration per rank",
+             f"  iteration wall {_ms(s['wall_s'])} ms (median of {s['iterations']}; min {_ms(s['wall_min_s'])}, "
+             f"max {_ms(s['wall_max_s'])}); first (cold) iteration {_ms(s['first_iteration_s'])} ms"]
+    if s["compute"]:
+        lines.append(f"  compute-only iteration {_ms(s['compute_only_s'])} ms "
+                     f"({s['compute']['tflops_per_device']} TFLOP/s); exposed communication "
+                     f"{_ms(s['exposed_communication_s'])} ms ({s['exposed_share']:.1%} of the iteration)")
+    lines += [f"  {k:<16} {_ms(v):>10} ms" for k, v in s["per_collective_s"].items()]
+    lines += [f"  group {g:<10} {_ms(v):>10} ms" for g, v in s["per_group_s"].items()]
+    lines += [f"  note: {n}" for n in s["notes"]]
     return "\n".join(lines)

@@ -61,6 +61,21 @@ def add_parallel_arguments(g) -> None:
     g.add_argument("--dtype", choices=TRAINING_DTYPES, default="bf16", help="training precision (default bf16)")
 
 
+def add_trace_arguments(g) -> None:
+    """Reading messages from logs and traces (--trace and its options): workload's and replay's."""
+    g.add_argument("--trace", nargs="+", metavar="FILE",
+                   help="read the messages from logs or traces (plain or gzip; several: one per rank, or a job's "
+                        "logs, ranks of the same name being the same rank)")
+    g.add_argument("--trace-format", choices=FORMATS, help="the traces' format (detected when not given)")
+    g.add_argument("--trace-iterations", type=int, default=1, metavar="N",
+                   help="training iterations the trace covers: counts are divided by it (default 1)")
+    g.add_argument("--trace-group-size", type=int, metavar="N",
+                   help="group size of calls whose trace records none (DeepSpeed logs, NCCL profiler events, "
+                        "PyTorch 2.0-era annotations, symmetric-memory ops)")
+    g.add_argument("--trace-partial", action="store_true",
+                   help="read a truncated trace as far as it goes (said in the notes) instead of refusing it")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (Eq. 1)")
     g.add_argument("--model", choices=list(PRESETS), help="a GPT-NeoX configuration of the paper")
@@ -75,18 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_parallel_arguments(g)
     g.add_argument("--node-size", type=int, default=8, metavar="K",
                    help="ranks per node, for ZeRO++'s hpZ and qgZ groups (default 8)")
-    g = p.add_argument_group("trace (instead of a scheme)")
-    g.add_argument("--trace", nargs="+", metavar="FILE",
-                   help="read the messages from logs or traces (plain or gzip; several: one per rank, or a job's "
-                        "logs, ranks of the same name being the same rank)")
-    g.add_argument("--trace-format", choices=FORMATS, help="the traces' format (detected when not given)")
-    g.add_argument("--trace-iterations", type=int, default=1, metavar="N",
-                   help="training iterations the trace covers: counts are divided by it (default 1)")
-    g.add_argument("--trace-group-size", type=int, metavar="N",
-                   help="group size of calls whose trace records none (DeepSpeed logs, NCCL profiler events, "
-                        "PyTorch 2.0-era annotations, symmetric-memory ops)")
-    g.add_argument("--trace-partial", action="store_true",
-                   help="read a truncated trace as far as it goes (said in the notes) instead of refusing it")
+    add_trace_arguments(p.add_argument_group("trace (instead of a scheme)"))
     g = p.add_argument_group("cost on measured curves")
     g.add_argument("--results", nargs="+", metavar="RUN.jsonl", help="records of microbench run --out")
     g.add_argument("--stat", choices=("p50", "avg"), default="p50", help="latency statistic (default p50)")

@@ -1,0 +1,76 @@
+"""The same launch's per-call latencies of every distinct call of the schedule, for the prediction.
+
+For each distinct (collective, group kind, bytes) of the schedule, on the layout's own communicators,
+blocking, one warm-up call and then ``reps`` timed calls back to back (``reps`` so that they last about
+``target_s``, between 3 and 50, agreed within the group). Two readings per call:
+
+- isolated: one group of the kind at a time (the others wait at a barrier), the curve a sweep measures;
+- concurrent: every group of the kind at once, as the replay runs them.
+
+Each is the slowest rank of the group's mean seconds per call; a rank keeps its own group's values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+from microbench.replay.layout import Layout
+from microbench.replay.schedule import Call
+
+CallKey = tuple  #: (collective, group kind, bytes)
+MIN_REPS, MAX_REPS = 3, 50
+
+
+@dataclass(frozen=True)
+class CallLatency:
+    """Seconds per call on this rank's group: alone, and with every group of its kind at once."""
+
+    isolated_s: float
+    concurrent_s: float
+
+    @property
+    def contention(self) -> float:
+        """concurrent / isolated (1.0: the groups do not slow each other)."""
+        return self.concurrent_s / self.isolated_s if self.isolated_s > 0 else 1.0
+
+
+def distinct_calls(schedule: list[Call]) -> list[Call]:
+    """One blocking call per (collective, group, bytes) of the schedule (``recv`` twins left out)."""
+    seen: dict[CallKey, Call] = {}
+    for c in schedule:
+        if c.collective != "recv":
+            seen.setdefault((c.collective, c.group, c.bytes), dataclasses.replace(c, overlapped=False))
+    return list(seen.values())
+
+
+def _timed(issuer, call: Call, target_s: float) -> float:
+    """Mean seconds per call on this rank's group (slowest rank), after one warm-up call."""
+    t0 = time.perf_counter()
+    issuer.issue(call)
+    warm = issuer.group_max(call.group, time.perf_counter() - t0)
+    reps = int(min(MAX_REPS, max(MIN_REPS, math.ceil(target_s / max(warm, 1e-7)))))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        issuer.issue(call)
+    return issuer.group_max(call.group, (time.perf_counter() - t0) / reps)
+
+
+def measure(issuer, layout: Layout, rank: int, schedule: list[Call], target_s: float = 0.005) -> dict[CallKey, CallLatency]:
+    """Isolated and concurrent seconds per call of each distinct call (collective on every rank)."""
+    out: dict[CallKey, CallLatency] = {}
+    for call in distinct_calls(schedule):
+        groups = layout.groups(call.group)
+        mine = groups.index(layout.group_of(rank, call.group))
+        isolated = 0.0
+        for index in range(len(groups)):
+            issuer.barrier()
+            if index == mine:
+                isolated = _timed(issuer, call, target_s)
+        issuer.barrier()
+        concurrent = _timed(issuer, call, target_s)
+        out[(call.collective, call.group, call.bytes)] = CallLatency(isolated, concurrent)
+    issuer.barrier()
+    return out
