@@ -69,3 +69,24 @@ def test_layers_k_of_a_preset_is_recorded_and_bounded():
     assert (model.name, model.layers, model.hidden) == ("13B", 2, 5120)
     with pytest.raises(UsageError, match="between 1 and 40"):
         cli._model(parser.parse_args(["--model", "13B", "--layers", "41"]))
+
+
+def test_a_message_in_a_group_the_layout_does_not_build_is_refused():
+    # ZeRO++'s hpZ and qgZ groups are node-local or across nodes (8 ranks a node by default), not all 16
+    with pytest.raises(UsageError, match="runs in groups of [0-9]+, not on the dp group of 16 ranks"):
+        calls(Workload(TINY, "zeropp", dp=16))
+    assert calls(Workload(TINY, "zeropp", dp=4))  # a node holds the whole data-parallel group
+
+
+def test_compute_slices_sit_between_the_calls_of_their_segment():
+    from microbench.replay.schedule import Compute, steps
+
+    schedule = calls(Workload(TINY, "ddp", dp=2))
+    plan = steps(schedule, 0.3)
+    forward = [s for s in plan if isinstance(s, Compute) and s.segment == "forward"]
+    backward = [s for s in plan if isinstance(s, Compute) and s.segment == "backward"]
+    assert len(forward) == 1 and abs(forward[0].seconds - 0.1) < 1e-12  # no forward calls: one slice of 1/3
+    assert len(backward) == len(schedule) + 1  # k gradient buckets: k + 1 slices of 2/3
+    assert abs(sum(s.seconds for s in backward) - 0.2) < 1e-12
+    assert [s for s in plan if not isinstance(s, Compute)] == schedule
+    assert steps(schedule, 0.0) == schedule

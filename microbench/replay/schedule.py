@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from microbench.errors import UsageError
 from microbench.workload.distribution import DATA_PARALLEL_SCHEMES, Workload
 from microbench.workload.schemes import build
 
@@ -79,11 +80,17 @@ def _overlapped(workload: Workload, collective: str, phase: str) -> bool:
 def calls(workload: Workload) -> list[Call]:
     """The calls one rank issues in one iteration, in phase order (setup excluded)."""
     out: list[Call] = []
+    sizes = {"dp": workload.dp, "tp": workload.tp, "pp": workload.pp}
     for m in build(workload).messages:
         if m.phase == "setup":
             continue
+        group = _group(workload, m.collective, m.phase)
+        if m.group_size is not None and m.group_size != sizes[group]:
+            raise UsageError(f"--scheme {workload.scheme}: {m.collective} of {m.bytes} B in the {m.phase} phase runs "
+                             f"in groups of {m.group_size}, not on the {group} group of {sizes[group]} ranks: the "
+                             "replay builds only the tp, pp and dp groups")
         count = m.count / workload.pp if m.collective in ("send", "recv") else m.count
-        out += [Call(m.collective, m.bytes, _group(workload, m.collective, m.phase), m.phase,
+        out += [Call(m.collective, m.bytes, group, m.phase,
                      _overlapped(workload, m.collective, m.phase))] * int(count + 0.5)
     return out
 
