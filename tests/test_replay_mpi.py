@@ -47,3 +47,22 @@ def test_a_layout_that_does_not_fill_the_job_is_one_error_line():
     assert result.returncode != 0
     assert "microbench: error: --tp 2 x --pp 1 x --dp 1 = 2 ranks, but the job has 4" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_trace_replays_its_collectives_on_all_ranks(tmp_path):
+    from conftest import REPO
+
+    log = REPO / "tests" / "fixtures" / "workload" / "nccl_coll.log"
+    out = _replay(microbench("replay", "--np", "2", "--trace", str(log), *FAST))
+    # the log: 2 allreduce, 1 allgather, 1 reduce_scatter, 1 broadcast of 10 B (bytes, not float32 elements),
+    # and a send/recv pair whose peer a tallied trace does not keep
+    assert out["workload"] is None and out["calls_per_iteration"] == 5
+    assert out["bytes_per_iteration"] == 2 * 4096 + 512 + 1024 + 10
+    assert set(out["per_collective_s"]) == {"allreduce", "allgather", "reduce_scatter", "broadcast"}
+    assert any("send/recv call(s) per iteration left out" in n for n in out["notes"])
+
+
+def test_a_trace_and_a_model_together_are_one_error_line():
+    result = microbench("replay", "--np", "2", "--trace", "x.log", *MODEL)
+    assert result.returncode != 0 and "give a model or --trace, not both" in result.stderr
+    assert "Traceback" not in result.stderr

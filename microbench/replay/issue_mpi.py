@@ -1,8 +1,9 @@
 """The replay's MPI issuer: the layout's communicators split from the world, calls from one pooled host buffer.
 
 One ``HostRegion`` holds every call's buffers: send data at offset 0 and receive data after it, sized by
-the largest message times (1 + the largest group): an allgather receives n blocks. Reductions run on
-float32 elements (bytes // 4 of them). In-flight calls share the pool (their contents are not checked).
+the largest message (rounded up to 64 B, so that the receive side is aligned) times (1 + the largest
+group): an allgather receives n blocks. Reductions run on float32 elements (bytes // 4 of them, at least
+one); the other calls move the exact bytes. In-flight calls share the pool (their contents are not checked).
 A pipeline ``send`` is a shift along the pipeline group: each stage sends to the next in forward and to the
 previous in backward and receives from the other side (``MPI_Sendrecv``); its ``recv`` twin is that same
 shift's receive and issues nothing.
@@ -16,7 +17,9 @@ from microbench.measure.buffers import HostRegion
 from microbench.replay.layout import KINDS, Layout
 from microbench.replay.schedule import Call
 
-ELEMENT = np.dtype(np.float32)
+ELEMENT = np.dtype(np.float32)  #: what reductions reduce
+BYTE = np.dtype(np.uint8)  #: what the other calls move
+ALIGN = 64
 
 
 class MpiIssuer:
@@ -35,14 +38,14 @@ class MpiIssuer:
         self.pipeline_next = stage + 1 if stage + 1 < stages else MPI.PROC_NULL
         self.pipeline_prev = stage - 1 if stage > 0 else MPI.PROC_NULL
         widest = max(c.Get_size() for c in self.comms.values())
-        self.largest = max(largest_bytes, ELEMENT.itemsize)
+        self.largest = -(-max(largest_bytes, ELEMENT.itemsize) // ALIGN) * ALIGN
         self.pool = HostRegion(self.largest * (1 + widest))
         self.pool.bytes[:] = 1  # written in full by its owner before anything is timed
 
-    def _views(self, send_bytes: int, recv_bytes: int):
-        n_send = max(send_bytes // ELEMENT.itemsize, 1)
-        n_recv = max(recv_bytes // ELEMENT.itemsize, 1)
-        return self.pool.view(0, n_send, ELEMENT), self.pool.view(self.largest, n_recv, ELEMENT)
+    def _views(self, send_bytes: int, recv_bytes: int, dtype: np.dtype = ELEMENT):
+        n_send = max(send_bytes // dtype.itemsize, 1)
+        n_recv = max(recv_bytes // dtype.itemsize, 1)
+        return self.pool.view(0, n_send, dtype), self.pool.view(self.largest, n_recv, dtype)
 
     def issue(self, call: Call):
         comm = self.comms[call.group]
@@ -51,8 +54,7 @@ class MpiIssuer:
             s, r = self._views(b, b)
             return comm.Iallreduce(s, r) if nb else comm.Allreduce(s, r)
         if call.collective == "allgather":
-            s, r = self._views(b, b * n)
-            r = r[: s.size * n]
+            s, r = self._views(b, b * n, BYTE)
             return comm.Iallgather(s, r) if nb else comm.Allgather(s, r)
         if call.collective == "reduce_scatter":
             block = max(b // n // ELEMENT.itemsize, 1)
@@ -62,13 +64,13 @@ class MpiIssuer:
             s, r = self._views(b, b)
             return comm.Ireduce(s, r, root=0) if nb else comm.Reduce(s, r, root=0)
         if call.collective == "broadcast":
-            s, _ = self._views(b, b)
+            s, _ = self._views(b, b, BYTE)
             return comm.Ibcast(s, root=0) if nb else comm.Bcast(s, root=0)
         if call.collective == "alltoall":
-            s, r = self._views(b * n, b * n)
+            s, r = self._views(b * n, b * n, BYTE)
             return comm.Ialltoall(s, r) if nb else comm.Alltoall(s, r)
         if call.collective == "send":
-            s, r = self._views(b, b)
+            s, r = self._views(b, b, BYTE)
             forward = call.phase != "backward"
             dest, source = ((self.pipeline_next, self.pipeline_prev) if forward
                             else (self.pipeline_prev, self.pipeline_next))
