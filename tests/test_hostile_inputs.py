@@ -322,3 +322,18 @@ def test_a_failing_skew_rule_reads_each_file_once(tmp_path):
     spec.write_text('[[rule]]\nbenchmark = "allreduce"\nmax_rank_skew = 2\n')
     done = mb(tmp_path, "check", path, "--spec", spec)
     assert done.returncode == 1 and "slowest rank 0 on h?[2J (? us)" in done.stdout, done.output
+
+
+def test_microbench_records_the_gate_tools_do_not_read_are_not_called_another_tools(tmp_path):
+    """samples, bisect, soak, cycle and replay lines are microbench's own: skipped without the "another tool's
+    output?" note, which stays for lines that are not microbench records."""
+    from microbench.results.scan import ScanNotes, UNREAD_TYPES, decode_file
+
+    path = tmp_path / "foreign-mixed.jsonl"  # deliberately not schema-valid records: the session's check skips it
+    own = [json.dumps({"type": t, "run_id": "r1"}) for t in UNREAD_TYPES]
+    path.write_text("\n".join([*own, '{"tool": "osu_latency", "size": 8}']) + "\n")
+    decoded = decode_file(path)
+    assert decoded.records == [] and decoded.foreign == 1
+    notes = ScanNotes()
+    notes.add(path, decoded.bad_lines, decoded.foreign, decoded.size)
+    assert any("skipped 1 line(s) that are not microbench records" in line for line in notes.lines())

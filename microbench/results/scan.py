@@ -11,8 +11,8 @@ nightlies a second's work (docs/results-at-scale.md has the measurements).
 Files are found and opened as every reader does (``records.files``: regular files below folders, each
 folder once, a size cap, a leading byte-order mark dropped). What the scanner tolerates, and says: a line
 that is not JSON (a truncated or corrupt line, anywhere in a file) is skipped and noted with its file and
-line number; a JSON line that is not a microbench record (no ``type`` of run/result/end: another tool's
-import) is skipped and counted. What it refuses, naming the file and line (UsageError): a run line whose
+line number; a JSON line that is not a microbench record (no microbench ``type``: another tool's import) is
+skipped and counted; microbench's own records that the gate tools do not read (``UNREAD_TYPES``) are skipped. What it refuses, naming the file and line (UsageError): a run line whose
 schema is not one this reader knows (checked on the line as written, before its other fields: they may
 mean something else), and a microbench record whose fields break the schema (``TYPED_FIELDS``: a type, a
 negative latency or bandwidth, a size beyond ``MAX_COUNT``), bytes that are not UTF-8, nesting too deep.
@@ -35,6 +35,9 @@ from microbench.results.metrics import LATENCY_STATS
 from microbench.records import SCHEMA_VERSION
 
 RECORD_TYPES = ("run", "result", "end")
+#: microbench's own records that the gate tools do not read (per-sample dumps, soak cycles, bisection, replay):
+#: skipped without a word, unlike another tool's lines
+UNREAD_TYPES = ("samples", "cycle", "soak", "bisect", "replay")
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
               "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
@@ -160,7 +163,8 @@ def decode_file(path: Path, stats: tuple[str, ...] = LATENCY_STATS) -> Decoded:
     for rec in records:
         if rec.type == "run":
             _check_schema(rec.schema, path)
-    return Decoded(records, bad, foreign + len(lines) - len(records), len(data))
+    unread = sum(1 for line in lines if line.type in UNREAD_TYPES)
+    return Decoded(records, bad, foreign + len(lines) - len(records) - unread, len(data))
 
 
 @lru_cache(maxsize=16)
@@ -185,7 +189,7 @@ def _decode_one_by_one(decoder, data: bytes, path: Path) -> tuple[list, list[int
         except msgspec.ValidationError as exc:
             raw = _loose(line)
             if not isinstance(raw, dict) or raw.get("type") not in RECORD_TYPES:
-                foreign += 1
+                foreign += 0 if isinstance(raw, dict) and raw.get("type") in UNREAD_TYPES else 1
                 continue
             if raw.get("type") == "run":
                 _check_schema(raw.get("schema"), f"{path}:{lineno}")
