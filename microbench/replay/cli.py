@@ -24,7 +24,8 @@ import statistics
 from microbench.cluster import launch
 from microbench.cluster.world import init_world, require_mpi
 from microbench.errors import UsageError
-from microbench.replay import calibrate
+from microbench.replay import calibrate, predict
+from microbench.replay.compare import THRESHOLD, comparison
 from microbench.replay.execute import Executor, IterationTimes
 from microbench.replay.layout import Layout
 from microbench.replay.schedule import COMPUTE_RULE, OVERLAP_RULE, Call, calls, from_messages, largest_bytes, steps
@@ -59,6 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="achieved TFLOP/s per device: run 6*params*tokens/(t*p) FLOP of compute per iteration "
                         "at that rate between the calls (the calibrated host kernel), and as many compute-only "
                         "iterations, for the exposed communication (needs a model)")
+    g = p.add_argument_group("prediction")
+    g.add_argument("--results", nargs="+", metavar="RUN.jsonl",
+                   help="price the prediction on these records' curves (microbench run --out) instead of the "
+                        "same launch's per-call latencies")
+    g.add_argument("--stat", choices=("p50", "avg"), default="p50",
+                   help="with --results, the latency statistic (default p50)")
+    g.add_argument("--threshold", type=_positive_float, default=THRESHOLD, metavar="F",
+                   help=f"attribute the gap of rows whose replayed/predicted is off 1 by more than F "
+                        f"(default {THRESHOLD})")
     g = p.add_argument_group("run")
     g.add_argument("--np", type=int, metavar="N", help="start N local ranks under the installed MPI's mpiexec")
     g.add_argument("--warmup", type=int, default=1, metavar="N",
@@ -115,18 +125,34 @@ def _schedule(args, workload: Workload | None, world: int) -> tuple[list[Call], 
     return schedule, [*notes, *trace.notes], Layout(dp=world)
 
 
+def _curves(args, layout: Layout):
+    """The pricer on ``--results`` curves and its notes (None when the same launch prices the calls)."""
+    if not args.results:
+        return None
+    from microbench.records import read_results
+    from microbench.workload.weighting import curves_from_results
+
+    results = read_results(args.results)
+    if not results:
+        raise UsageError(f"no result records in {', '.join(args.results)}")
+    curves, notes = curves_from_results(results, args.stat)
+    pricer, pricing_notes = predict.from_curves(curves, layout)
+    return pricer, notes, pricing_notes
+
+
 def main(args) -> int:
     """Entry point on every rank (and in the ``--np`` parent)."""
     workload = _workload(args)  # bad input fails before any rank starts
     if args.np is not None and not launch.discover().under_launcher:
         if args.np < 1:
             raise UsageError(f"--np must be at least 1 (got {args.np})")
-        _schedule(args, workload, args.np)
+        _curves(args, _schedule(args, workload, args.np)[2])
         return launch.self_launch(args._argv, args.np)
     world = init_world()
     require_mpi(world, "microbench replay")
     MPI = world.MPI
     schedule, notes, layout = _schedule(args, workload, world.nranks)
+    curves = _curves(args, layout)
     from microbench.replay.issue_mpi import MpiIssuer
 
     issuer = MpiIssuer(MPI, MPI.COMM_WORLD, layout, world.rank, largest_bytes(schedule))
@@ -155,16 +181,48 @@ def main(args) -> int:
             issuer.barrier()
             compute_only.append(executor.iteration(compute_only=True))
         summary = _summary(issuer, workload, schedule, first, timed, compute_only, latencies)
+        pricer = curves[0] if curves else predict.from_latencies(latencies)
+        predicted = _predicted(issuer, predict.predict(plan, pricer))
     finally:
         issuer.close()
     summary["notes"] = notes
     summary["compute"] = ({"tflops_per_device": args.tflops, "seconds_per_iteration": compute_s,
                            "rule": COMPUTE_RULE, **kernel.describe()} if kernel else None)
     summary["backend"] = issuer.backend
+    info = launch.discover()
+    context = {"overlapped_groups": sorted({c.group for c in schedule if c.overlapped}),
+               "groups": sorted({c.group for c in schedule}), "compute": bool(compute_s),
+               "ranks_per_host": info.local_size or world.nranks, "cores": _cores()}
+    summary["prediction"] = {
+        "source": (f"--results {' '.join(args.results)} ({args.stat})" if curves
+                   else "the same launch's isolated per-call latencies"),
+        "rule": predict.PREDICTION_RULE, **predicted,
+        "notes": [*(curves[1] if curves else []), *sorted(curves[2] if curves else [])]}
+    summary["comparison"] = comparison(predicted, summary, context, args.threshold)
+    summary["comparison_threshold"] = args.threshold
     if world.rank == 0:
         print(json.dumps(summary, indent=2) if args.json else _table(summary), flush=True)
     world.close()
     return 0
+
+
+def _cores() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _predicted(issuer, p: predict.Prediction) -> dict:
+    """The slowest rank's predicted figures (collective on every rank; every rank has the same calls)."""
+    return {"iteration_s": issuer.world_max(p.iteration_s), "communication_s": issuer.world_max(p.communication_s),
+            "compute_s": p.compute_s, "exposed_s": issuer.world_max(p.exposed_s),
+            "per_collective_s": {k: issuer.world_max(v) for k, v in sorted(p.per_collective_s.items())},
+            "per_group_s": {k: issuer.world_max(v) for k, v in sorted(p.per_group_s.items())},
+            "outside_s": {k: issuer.world_max(v) for k, v in sorted(p.outside_s.items())},
+            "priced": dict(sorted(p.priced.items()))}
 
 
 def _median_slowest(issuer, values: list[float]) -> float:
@@ -181,11 +239,13 @@ def _summary(issuer, workload, schedule, first: IterationTimes, timed: list[Iter
     compute_wall = _median_slowest(issuer, [t.wall_s for t in compute_only]) if compute_only else 0.0
     median_wall = statistics.median(wall)
     counts = {k: sum(1 for c in schedule if (c.collective, c.group, c.bytes) == k) for k in keys}
+    overlapped = {(c.collective, c.group, c.bytes) for c in schedule if c.overlapped}
     per_call = []
     for key in keys:
         inside = _median_slowest(issuer, [t.per_call_s.get(key, 0.0) for t in timed])
         lat = latencies.get(key)
         per_call.append({"collective": key[0], "group": key[1], "bytes": key[2], "calls": counts[key],
+                         "overlapped": key in overlapped,
                          "replayed_s": inside,
                          "isolated_s_per_call": issuer.world_max(lat.isolated_s) if lat else None,
                          "concurrent_s_per_call": issuer.world_max(lat.concurrent_s) if lat else None})
@@ -235,4 +295,12 @@ def _table(s: dict) -> str:
     lines += [f"  {k:<16} {_ms(v):>10} ms" for k, v in s["per_collective_s"].items()]
     lines += [f"  group {g:<10} {_ms(v):>10} ms" for g, v in s["per_group_s"].items()]
     lines += [f"  note: {n}" for n in s["notes"]]
+    pred = s["prediction"]
+    lines += [f"# predicted from {pred['source']}; ratio = replayed / predicted",
+              f"  {'':<18} {'predicted ms':>13} {'replayed ms':>12} {'ratio':>7}  attributed to"]
+    for row in s["comparison"]:
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        lines.append(f"  {row['what']:<18} {_ms(row['predicted_s']):>13} {_ms(row['replayed_s']):>12} {ratio:>7}  "
+                     + "; ".join(row["explained_by"]))
+    lines += [f"  note: {n}" for n in pred["notes"]]
     return "\n".join(lines)

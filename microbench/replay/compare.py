@@ -1,0 +1,87 @@
+"""Predicted against replayed, row by row, and what the replay's own measurements attribute a gap to.
+
+Rows: the iteration (``total``), with compute the exposed communication, each collective kind, each group
+kind, and the first (cold) iteration. ratio = replayed / predicted. A row off by more than the threshold
+gets every attribution the launch measured that bears on it:
+
+- calls priced outside the curve's measured sizes (``--results``: extrapolated), as a share of the row's
+  predicted time;
+- contention among groups of one kind: the same launch's per-call latency with every group of the kind at
+  once against one group at a time, weighted by the row's calls;
+- overlapped calls of another group in flight at the same time (the layout and the schedule say which);
+- overlapped calls hiding behind compute (their replayed time is their post and their wait, not their
+  duration);
+- with compute, blocking calls waiting for peers still computing (skew between ranks);
+- compute of more ranks than the host has cores;
+- for the first iteration, the first calls of each size (connection setup, first touch of the pool).
+"""
+
+from __future__ import annotations
+
+THRESHOLD = 0.25  #: |ratio - 1| above which a row's gap is attributed
+
+
+def _row(what: str, predicted: float, replayed: float | None) -> dict:
+    r = replayed / predicted if replayed is not None and predicted > 0 else None
+    return {"what": what, "predicted_s": predicted, "replayed_s": replayed, "ratio": r, "explained_by": []}
+
+
+def _contention(per_call: list[dict], keep) -> float | None:
+    """Concurrent over isolated seconds of the calls ``keep`` selects, weighted by their counts."""
+    calls = [c for c in per_call if keep(c) and c.get("isolated_s_per_call") and c.get("concurrent_s_per_call")]
+    isolated = sum(c["calls"] * c["isolated_s_per_call"] for c in calls)
+    concurrent = sum(c["calls"] * c["concurrent_s_per_call"] for c in calls)
+    return concurrent / isolated if isolated > 0 else None
+
+
+def comparison(predicted: dict, measured: dict, context: dict, threshold: float = THRESHOLD) -> list[dict]:
+    """The rows (see the module docstring). ``predicted``: the slowest rank's ``Prediction`` figures as a dict;
+    ``measured``: the replay summary; ``context``: ``overlapped_groups`` (group kinds with overlapped calls),
+    ``groups`` (group kinds used), ``compute`` (bool), ``ranks_per_host``, ``cores``."""
+    rows = [_row("total", predicted["iteration_s"], measured["wall_s"])]
+    if context["compute"]:
+        rows.append(_row("exposed", predicted["exposed_s"], measured["exposed_communication_s"]))
+    rows += [_row(k, v, measured["per_collective_s"].get(k)) for k, v in predicted["per_collective_s"].items()
+             if k != "recv"]  # a recv twin issues nothing: its send carries the transfer
+    rows += [_row(f"group {g}", v, measured["per_group_s"].get(g)) for g, v in predicted["per_group_s"].items()]
+    rows.append(_row("first iteration", predicted["iteration_s"], measured["first_iteration_s"]))
+    per_call = measured.get("per_call", [])
+    for row in rows:
+        if row["ratio"] is None or abs(row["ratio"] - 1) <= threshold:
+            continue
+        what, why = row["what"], row["explained_by"]
+        if what == "first iteration":
+            extra = measured["first_iteration_s"] - measured["wall_s"]
+            why.append(f"first calls of each size (connection setup, first touch of the pool): the first iteration "
+                       f"took {extra * 1e3:+.3f} ms over a warm one")
+            continue
+        outside = predicted.get("outside_s", {}).get("total" if what == "exposed" else what, 0.0)
+        if outside > 0 and row["predicted_s"] > 0:
+            why.append(f"{outside / row['predicted_s']:.0%} of its predicted time priced outside the curve's "
+                       "measured sizes (extrapolated)")
+        if what.startswith("group "):
+            keep = (lambda c, g=what[6:]: c["group"] == g)
+        elif what in ("total", "exposed"):
+            keep = (lambda c: True)
+        else:
+            keep = (lambda c, k=what: c["collective"] == k)
+        row_groups = {c["group"] for c in per_call if keep(c)}
+        others = ([g for g in context["overlapped_groups"] if g not in row_groups] if what not in ("total", "exposed")
+                  else list(context["overlapped_groups"]))
+        factor = _contention(per_call, keep)
+        if factor is not None and abs(factor - 1) > threshold / 2:
+            why.append(f"groups of one kind at once: {factor:.2f}x per call against one group at a time "
+                       "(same launch)")
+        if others and len(context["groups"]) > 1:
+            why.append(f"overlapped calls of the {', '.join(others)} group(s) in flight at the same time")
+        if context["compute"] and context["overlapped_groups"] and row["ratio"] < 1:
+            why.append("overlapped calls hide behind compute: their replayed time is their post and wait only")
+        if context["compute"] and row["ratio"] > 1 and any(not c.get("overlapped") for c in per_call if keep(c)):
+            why.append("with compute, a blocking call's time includes waiting for peers still in their compute "
+                       "(skew between ranks)")
+        if context["compute"] and context["ranks_per_host"] > context["cores"]:
+            why.append(f"compute of {context['ranks_per_host']} ranks on {context['cores']} cores slows the calls' "
+                       "progress")
+        if not why:
+            why.append("not explained by what the replay measures")
+    return rows
