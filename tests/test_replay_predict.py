@@ -69,7 +69,8 @@ def _measured(**over):
 
 PREDICTED = {"iteration_s": 0.005, "exposed_s": 0.005, "per_collective_s": {"allreduce": 0.005},
              "per_group_s": {"dp": 0.005}, "outside_s": {"total": 0.004, "allreduce": 0.004, "group dp": 0.004}}
-CONTEXT = {"overlapped_groups": ["dp"], "groups": ["dp"], "compute": False, "ranks_per_host": 2, "cores": 2}
+CONTEXT = {"overlapped_groups": ["dp"], "groups": ["dp"], "group_counts": {"tp": 1, "pp": 1, "dp": 2},
+           "compute": False, "ranks_per_host": 2, "cores": 2}
 
 
 def test_rows_carry_the_ratio_and_what_the_launch_measured_behind_a_gap():
@@ -79,6 +80,7 @@ def test_rows_carry_the_ratio_and_what_the_launch_measured_behind_a_gap():
     why = " ".join(rows["allreduce"]["explained_by"])
     assert "80% of its predicted time priced outside the curve" in why
     assert "2.00x per call against one group at a time" in why
+    assert "2 call(s) posted non-blocking and in flight together" in why
     assert "first iteration took +20.000 ms" in rows["first iteration"]["explained_by"][0]
 
 
@@ -87,8 +89,9 @@ def test_a_row_within_the_threshold_is_not_explained_and_an_unexplained_gap_says
                                             per_group_s={"dp": 0.0055}, first_iteration_s=0.0055), CONTEXT)
     assert all(r["explained_by"] == [] for r in close)
     bare = {**PREDICTED, "outside_s": {}}
-    measured = _measured(per_call=[{**_measured()["per_call"][0], "concurrent_s_per_call": 0.0025}])
-    rows = {r["what"]: r for r in comparison(bare, measured, CONTEXT)}
+    measured = _measured(per_call=[{**_measured()["per_call"][0], "concurrent_s_per_call": 0.0025,
+                                    "overlapped": False}])
+    rows = {r["what"]: r for r in comparison(bare, measured, {**CONTEXT, "overlapped_groups": []})}
     assert rows["total"]["explained_by"] == ["not explained by what the replay measures"]
 
 
@@ -130,3 +133,27 @@ def test_results_without_records_are_one_error_line(tmp_path):
     empty.write_text("")
     result = microbench("replay", "--np", "2", *MODEL, "--scheme", "ddp", "--dp", "2", "--results", str(empty))
     assert result.returncode != 0 and "no result records in" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_out_appends_a_replay_record_that_the_schema_and_the_gate_readers_accept(tmp_path):
+    from microbench.records.validate import file_problems
+
+    out = tmp_path / "replay.jsonl"
+    for _ in range(2):
+        result = microbench("replay", "--np", "2", *MODEL, "--scheme", "ddp", "--dp", "2", "--iterations", "2",
+                            "--out", str(out))
+        assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["type"] for r in records] == ["replay", "replay"] and records[0]["run_id"] != records[1]["run_id"]
+    assert records[0]["ranks"] == 2 and sum(records[0]["ranks_per_host"].values()) == 2
+    assert records[0]["workload"]["scheme"] == "ddp" and records[0]["comparison"][0]["what"] == "total"
+    assert file_problems(out) == []
+    history = microbench("history", str(out))  # a file of replay records only: nothing to judge, no traceback
+    assert "Traceback" not in history.stderr and "another tool" not in history.stderr
+
+
+def test_an_unwritable_out_is_one_error_line_before_any_rank_starts(tmp_path):
+    result = microbench("replay", "--np", "2", *MODEL, "--scheme", "ddp", "--dp", "2",
+                        "--out", str(tmp_path / "missing" / "r.jsonl"))
+    assert result.returncode == 2 and "cannot write --out" in result.stderr
+    assert "prterun" not in result.stderr and "Traceback" not in result.stderr

@@ -234,3 +234,21 @@ def bisect_record(*, run_id: str, benchmark: str, size_bytes: int, dtype: str, i
             "dtype": dtype, "iterations": iterations, "warmup": warmup,
             "loop": loop.kind if loop else None, "call_path": loop.call_path if loop else None,
             **search, "time_utc": metadata.utc_now(), "wall_s": wall_s, **cycle_fields(cycle)}
+
+
+# ------------------------------------------------------------------------------ replay (docs/replay.md)
+def replay_record(*, run_id: str, argv: list[str], backend: str, layout: Layout, mpi: dict | None,
+                  summary: dict) -> dict:
+    """One replay (microbench replay --out): where it ran and under which conditions, then its summary (the
+    workload, measured figures, prediction and comparison, as ``microbench.replay.cli`` builds them)."""
+    return {
+        "type": "replay", "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
+        "time_utc": metadata.utc_now(), "command": shlex.join(["microbench", *argv]), "backend": backend,
+        "ranks": len(layout.hosts_by_rank), "hosts": list(layout.ranks_per_host),
+        "ranks_per_host": layout.ranks_per_host, "launcher": launch.discover().launcher,
+        "slurm": metadata.slurm_metadata(), "mpi": mpi, "versions": metadata.versions(),
+        "version_mismatch": layout.version_mismatch,
+        "conditions": {"thp": metadata.thp_mode(), "page_size": metadata.page_size(), "cpu": metadata.cpu_model(),
+                       "cpus_per_rank": launch.cpu_count(), "env": metadata.relevant_env()},
+        **summary,
+    }

@@ -13,7 +13,7 @@ from pathlib import Path
 from microbench.records import schema_path
 from microbench.records.files import read_capped
 
-RECORD_TYPES = ("run", "result", "end", "samples", "cycle", "soak", "bisect")
+RECORD_TYPES = ("run", "result", "end", "samples", "cycle", "soak", "bisect", "replay")
 
 
 @functools.lru_cache(maxsize=1)

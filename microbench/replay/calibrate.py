@@ -1,7 +1,7 @@
 """The same launch's per-call latencies of every distinct call of the schedule, for the prediction.
 
 For each distinct (collective, group kind, bytes) of the schedule, on the layout's own communicators,
-blocking, one warm-up call and then ``reps`` timed calls back to back (``reps`` so that they last about
+blocking (the curve of the blocking benchmark, also for calls the replay posts non-blocking), one warm-up call and then ``reps`` timed calls back to back (``reps`` so that they last about
 ``target_s``, between 3 and 50, agreed within the group). Two readings per call:
 
 - isolated: one group of the kind at a time (the others wait at a barrier), the curve a sweep measures;
@@ -38,7 +38,8 @@ class CallLatency:
 
 
 def distinct_calls(schedule: list[Call]) -> list[Call]:
-    """One blocking call per (collective, group, bytes) of the schedule (``recv`` twins left out)."""
+    """One blocking call per (collective, group, bytes) of the schedule (``recv`` twins left out): the curve
+    a sweep of the blocking benchmark measures, whether or not the schedule overlaps the call."""
     seen: dict[CallKey, Call] = {}
     for c in schedule:
         if c.collective != "recv":
@@ -46,15 +47,21 @@ def distinct_calls(schedule: list[Call]) -> list[Call]:
     return list(seen.values())
 
 
+def _call(issuer, call: Call) -> None:
+    handle = issuer.issue(call)
+    if handle is not None:
+        issuer.wait([handle])
+
+
 def _timed(issuer, call: Call, target_s: float) -> float:
     """Mean seconds per call on this rank's group (slowest rank), after one warm-up call."""
     t0 = time.perf_counter()
-    issuer.issue(call)
+    _call(issuer, call)
     warm = issuer.group_max(call.group, time.perf_counter() - t0)
     reps = int(min(MAX_REPS, max(MIN_REPS, math.ceil(target_s / max(warm, 1e-7)))))
     t0 = time.perf_counter()
     for _ in range(reps):
-        issuer.issue(call)
+        _call(issuer, call)
     return issuer.group_max(call.group, (time.perf_counter() - t0) / reps)
 
 

@@ -75,6 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="untimed iterations first, the first reported on its own as the cold iteration (default 1)")
     g.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    g.add_argument("--out", metavar="FILE.jsonl",
+                   help="append a 'replay' record (the summary, prediction and comparison, with where and under "
+                        "which conditions it ran) to this JSON Lines file, for check and the report")
 
 
 def _model(args) -> Model | None:
@@ -147,12 +150,14 @@ def main(args) -> int:
         if args.np < 1:
             raise UsageError(f"--np must be at least 1 (got {args.np})")
         _curves(args, _schedule(args, workload, args.np)[2])
+        _check_out(args.out)
         return launch.self_launch(args._argv, args.np)
     world = init_world()
     require_mpi(world, "microbench replay")
     MPI = world.MPI
     schedule, notes, layout = _schedule(args, workload, world.nranks)
     curves = _curves(args, layout)
+    records, run_id, hosts = _open_records(args, world)
     from microbench.replay.issue_mpi import MpiIssuer
 
     issuer = MpiIssuer(MPI, MPI.COMM_WORLD, layout, world.rank, largest_bytes(schedule))
@@ -189,10 +194,10 @@ def main(args) -> int:
     summary["compute"] = ({"tflops_per_device": args.tflops, "seconds_per_iteration": compute_s,
                            "rule": COMPUTE_RULE, **kernel.describe()} if kernel else None)
     summary["backend"] = issuer.backend
-    info = launch.discover()
     context = {"overlapped_groups": sorted({c.group for c in schedule if c.overlapped}),
+               "group_counts": {k: len(layout.groups(k)) for k in ("tp", "pp", "dp")},
                "groups": sorted({c.group for c in schedule}), "compute": bool(compute_s),
-               "ranks_per_host": info.local_size or world.nranks, "cores": _cores()}
+               "ranks_per_host": max(hosts.ranks_per_host.values()), "cores": _cores()}
     summary["prediction"] = {
         "source": (f"--results {' '.join(args.results)} ({args.stat})" if curves
                    else "the same launch's isolated per-call latencies"),
@@ -200,10 +205,57 @@ def main(args) -> int:
         "notes": [*(curves[1] if curves else []), *sorted(curves[2] if curves else [])]}
     summary["comparison"] = comparison(predicted, summary, context, args.threshold)
     summary["comparison_threshold"] = args.threshold
+    if records is not None:
+        from microbench.records.build import replay_record
+        from microbench.records.writer import json_line
+
+        records.write(json_line(replay_record(run_id=run_id, argv=args._argv, backend=issuer.backend, layout=hosts,
+                                              mpi=_mpi_record(MPI), summary=summary)))
+        records.close()
     if world.rank == 0:
         print(json.dumps(summary, indent=2) if args.json else _table(summary), flush=True)
     world.close()
     return 0
+
+
+def _check_out(path: str | None) -> None:
+    """Refuse an --out whose folder is missing or not writable before any rank starts."""
+    import os
+    from pathlib import Path
+
+    if path is None:
+        return
+    folder = Path(path).parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or Path(path).is_dir():
+        raise UsageError(f"cannot write --out {path}: its folder is missing or not writable, or it is a folder")
+
+
+def _open_records(args, world):
+    """Collective: rank 0 opens ``--out`` (an error there ends every rank with its message), a run id is shared,
+    and every rank's host gathered. Returns (the file or None, run id, ``cluster.world.Layout``)."""
+    import uuid
+
+    from microbench.cluster import facts
+    from microbench.cluster.agree import raise_if_any
+    from microbench.cluster.world import gather_layout
+
+    records, error = None, None
+    if world.rank == 0 and args.out:
+        from microbench.records.writer import AppendFile
+
+        try:
+            records = AppendFile(args.out)
+        except OSError as exc:
+            error = UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}")
+    raise_if_any(world.reducer, error)
+    run_id = world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None, root=0)
+    return records, run_id, gather_layout(world.reducer, facts.versions(), "")
+
+
+def _mpi_record(MPI) -> dict | None:
+    from microbench.cluster.mpi_runtime import library
+
+    return library(MPI).as_record() if MPI is not None else None
 
 
 def _cores() -> int:

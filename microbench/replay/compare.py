@@ -9,6 +9,8 @@ gets every attribution the launch measured that bears on it:
 - contention among groups of one kind: the same launch's per-call latency with every group of the kind at
   once against one group at a time, weighted by the row's calls;
 - overlapped calls of another group in flight at the same time (the layout and the schedule say which);
+- non-blocking calls posted back to back and in flight together (the latencies were measured blocking, one
+  at a time);
 - overlapped calls hiding behind compute (their replayed time is their post and their wait, not their
   duration);
 - with compute, blocking calls waiting for peers still computing (skew between ranks);
@@ -37,7 +39,7 @@ def _contention(per_call: list[dict], keep) -> float | None:
 def comparison(predicted: dict, measured: dict, context: dict, threshold: float = THRESHOLD) -> list[dict]:
     """The rows (see the module docstring). ``predicted``: the slowest rank's ``Prediction`` figures as a dict;
     ``measured``: the replay summary; ``context``: ``overlapped_groups`` (group kinds with overlapped calls),
-    ``groups`` (group kinds used), ``compute`` (bool), ``ranks_per_host``, ``cores``."""
+    ``groups`` (group kinds used), ``group_counts`` (groups of each kind), ``compute`` (bool), ``ranks_per_host``, ``cores``."""
     rows = [_row("total", predicted["iteration_s"], measured["wall_s"])]
     if context["compute"]:
         rows.append(_row("exposed", predicted["exposed_s"], measured["exposed_communication_s"]))
@@ -68,12 +70,18 @@ def comparison(predicted: dict, measured: dict, context: dict, threshold: float 
         row_groups = {c["group"] for c in per_call if keep(c)}
         others = ([g for g in context["overlapped_groups"] if g not in row_groups] if what not in ("total", "exposed")
                   else list(context["overlapped_groups"]))
-        factor = _contention(per_call, keep)
-        if factor is not None and abs(factor - 1) > threshold / 2:
+        several = [g for g in row_groups if context.get("group_counts", {}).get(g, 1) > 1]
+        factor = _contention(per_call, lambda c: keep(c) and c["group"] in several)
+        if factor is not None and factor - 1 > threshold / 2:
             why.append(f"groups of one kind at once: {factor:.2f}x per call against one group at a time "
                        "(same launch)")
         if others and len(context["groups"]) > 1:
             why.append(f"overlapped calls of the {', '.join(others)} group(s) in flight at the same time")
+        posted = [c for c in per_call if keep(c) and c.get("overlapped")]
+        if posted and not context["compute"]:
+            in_flight = sum(c["calls"] for c in posted)
+            why.append(f"{in_flight} call(s) posted non-blocking and in flight together before their wait (the "
+                       "latencies were measured blocking, one call at a time)")
         if context["compute"] and context["overlapped_groups"] and row["ratio"] < 1:
             why.append("overlapped calls hide behind compute: their replayed time is their post and wait only")
         if context["compute"] and row["ratio"] > 1 and any(not c.get("overlapped") for c in per_call if keep(c)):
