@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class History:
     bounds: np.ndarray  #: column c's cells are [bounds[c], bounds[c + 1])
     steps: list[FoundStep] = field(default_factory=list)
 
-    @property
+    @cached_property
     def values(self) -> Cells:
         """(run position, column key) -> value, as a read-only mapping."""
         return Cells(self)
