@@ -225,7 +225,7 @@ def test_runs_are_the_unit_of_sampling(tmp_path):
         write_run(base, [result(p50=10.0 + i * 0.1)], run_id=f"b{i}")
         write_run(new, [result(p50=13.0), result(p50=15.0)], run_id=f"n{i}")
     row, = compare(load_table([base]), load_table([new])).rows
-    assert row.new == [14.0] * 4 and len(row.baseline) == 4
+    assert row.new.tolist() == [14.0] * 4 and len(row.baseline) == 4
 
 
 def test_small_messages_first_and_json(tmp_path, capsys):

@@ -4,7 +4,9 @@ the gate say. Inputs are real `microbench run --np 2` records, synthetic runs, a
 from __future__ import annotations
 
 import re
+import sys
 
+import numpy as np
 import pytest
 from fixtures.gate import synth
 from fixtures.htmlreport.dom import parse
@@ -386,3 +388,50 @@ def test_the_size_script_measures_the_page(tmp_path):
     assert done.returncode == 0, done.output
     row = [line for line in done.stdout.splitlines() if line.startswith("microbench report (whole page)")][0]
     assert int(row.split()[-2].replace(",", "")) == (tmp_path / "out" / "report.html").stat().st_size
+
+
+def _huge(p50: float, size: int = 8) -> dict:
+    """A result whose every latency statistic is ``p50`` (near the largest float: p50 x 1.2 would be inf)."""
+    stats = dict.fromkeys(synth.MULTIPLES, p50) | {"samples": 1000, "timing_ranks": 2}
+    return synth.result("allreduce", size, p50, latency_us=stats)
+
+
+def test_latencies_near_the_largest_float_are_shown(tmp_path, capsys):
+    """A latency near 1e308 (a broken timer, a hostile file) is a value like any other: the per-run median of
+    two such records, the history, the curves and the compare interval (its end past the floats: inf) are
+    drawn and listed, with no overflow (they crashed report and compare before)."""
+    path = tmp_path / "n.jsonl"
+    for i in range(6):
+        big = [_huge(1.6e308), _huge(1.7e308)] if i == 5 else [synth.result("allreduce", 8, 10.0 + i)]
+        synth.write_run(path, [*big, _huge(sys.float_info.max if i == 4 else 12.0, 64)], run_id=f"n{i}",
+                        time_utc=f"2026-11-{i + 1:02d}T07:00:00Z")
+    out = tmp_path / "r.html"
+    assert microbench_main(["report", str(path), "-o", str(out), "--baseline", str(path), "--newest", "6"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    root = parse(out.read_text())
+    history = root.find(id="history-allreduce")
+    shown = [c.attrs["data-y"] for c in history.find_all("circle")]
+    assert "1.65e+308" in shown  # n5: the median of 1.6e308 and 1.7e308 (their sum overflows)
+    assert f"{sys.float_info.max:.6g}" in shown  # n4's 64 B
+    rows = root.find(id="compare").find("tbody").find_all("tr")
+    eight = [tr for tr in rows if tr.find_all("td")[0].text == "8"][0]
+    low, high = eight.find_all("td")[10].all_text().strip("[]").split(", ")  # the interval, its ends readable
+    assert low == "0.000" and (high == "inf" or re.fullmatch(r"\d\.\d\de\+\d+", high)), high
+    result = compare(load_table([path]), load_table([path]))
+    assert [r.baseline_median for r in result.rows] == [12.5, 12.0]
+    assert result.rows[0].baseline.tolist()[-1] == pytest.approx(1.65e308, rel=1e-15)
+    assert microbench_main(["compare", "--baseline", str(path), "--new", str(path)]) == 0
+    assert microbench_main(["history", str(path)]) == 0
+    assert "1.65e+308" in capsys.readouterr().out
+
+
+def test_log_axes_and_medians_hold_at_the_largest_float():
+    from microbench.report import svg
+    from microbench.results.columns import median_of, per_run_medians
+
+    top = sys.float_info.max
+    lo, hi = svg.log_domain([10.0, top], 1.3)
+    assert hi == top and svg.log10_ticks(lo, hi)[-1][0] <= top and len(svg.log10_ticks(lo, hi)) <= 13
+    _, _, medians = per_run_medians(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64),
+                                    np.array([top, top]))
+    assert medians.tolist() == [top] and median_of([top, top / 2]) == top * 0.75

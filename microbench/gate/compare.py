@@ -26,7 +26,7 @@ Per configuration (``keys.config_key``: benchmark, size, ranks, backend, options
 from __future__ import annotations
 
 import math
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,7 +35,7 @@ import numpy as np
 from microbench.gate import compare_power as power
 from microbench.gate.family import holm
 from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_test, run_correlation, run_test
-from microbench.results.columns import Table, per_run_medians
+from microbench.results.columns import Table, median_of, per_run_medians
 from microbench.results.keys import ConfigKey
 from microbench.results.load import run_label, run_time
 from microbench.results.metrics import higher_is_better
@@ -45,14 +45,48 @@ REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED = (
     "regression", "regression?", "noise", "ok", "improved", "improved?")
 
 
+class RunLabels(Sequence):
+    """The labels of some runs, by their index into a table's runs: one shared list of names and an index
+    array, so that thousands of runs a configuration cost 8 bytes each rather than a list of references."""
+
+    def __init__(self, names: list[str], runs: np.ndarray):
+        self.names, self.runs = names, runs
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.names[r] for r in self.runs[i].tolist()]
+        return self.names[int(self.runs[i])]
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (Sequence, np.ndarray)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RunLabels({list(self)!r})"
+
+
 @dataclass
 class Side:
-    """One configuration's runs on one side of a comparison, in start-time order."""
+    """One configuration's runs on one side of a comparison, in start-time order, as arrays (a decade of
+    nightlies is thousands of runs for each of hundreds of configurations): its values and runs (``labels``
+    holds their indices); their days and start times are looked up from per-run arrays when asked for."""
 
-    values: list[float]
-    labels: list[str]
-    days: np.ndarray  #: a code per run for its UTC start day (runs without a time: one code each)
-    order: list[float]  #: start time (s since the epoch; inf when unknown) of each run
+    values: np.ndarray  #: float64, one value per run
+    labels: RunLabels
+    run_days: np.ndarray  #: per table run: a code for its UTC start day (runs without a time: one code each)
+    run_stamps: np.ndarray  #: per table run: its start time (s since the epoch; inf when unknown)
+
+    @property
+    def days(self) -> np.ndarray:
+        """A code per run for its UTC start day."""
+        return self.run_days[self.labels.runs]
+
+    @property
+    def order(self) -> np.ndarray:
+        """The start time of each run."""
+        return self.run_stamps[self.labels.runs]
 
 
 @dataclass
@@ -60,10 +94,10 @@ class Row:
     """One configuration measured on both sides."""
 
     key: ConfigKey
-    baseline: list[float]
-    new: list[float]
-    baseline_runs: list[str]
-    new_runs: list[str]
+    baseline: np.ndarray  #: per-run values (float64), in start-time order
+    new: np.ndarray
+    baseline_runs: Sequence[str]  #: their run labels
+    new_runs: Sequence[str]
     ratio: float
     test: RatioTest | None
     p_adjusted: float | None = None
@@ -75,16 +109,17 @@ class Row:
 
     @property
     def baseline_median(self) -> float:
-        return float(statistics.median(self.baseline))
+        return median_of(self.baseline)
 
     @property
     def new_median(self) -> float:
-        return float(statistics.median(self.new))
+        return median_of(self.new)
 
     def as_dict(self) -> dict:
         t, iv = self.test, self.interval
-        return {"config": self.key.as_dict(), "baseline_values": self.baseline, "new_values": self.new,
-                "baseline_run_ids": self.baseline_runs, "new_run_ids": self.new_runs,
+        return {"config": self.key.as_dict(), "baseline_values": np.asarray(self.baseline).tolist(),
+                "new_values": np.asarray(self.new).tolist(),
+                "baseline_run_ids": list(self.baseline_runs), "new_run_ids": list(self.new_runs),
                 "baseline_median": self.baseline_median, "new_median": self.new_median, "ratio": self.ratio,
                 "test": t.method if t else None, "baseline_days": self.days,
                 "ratio_geometric_means": math.exp(t.log_diff) if t else None, "p": t.p if t else None,
@@ -133,28 +168,29 @@ class Comparison:
 def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None = None
                    ) -> dict[ConfigKey, Side]:
     """Configuration -> its runs' values (among ``rows``, a boolean mask; all rows when None), in start-
-    time order. Values that are missing or not above 0 are left out."""
+    time order. Values that are missing or not above 0 are left out. Every side's arrays are views of
+    the same few arrays (one value, run and start time per configuration and run): no Python object per run."""
     values = table.values(metric, stat)
     usable = np.isfinite(values) & (values > 0)
     if rows is not None:
         usable &= rows
-    picked = np.flatnonzero(usable)
-    configs, runs, medians = per_run_medians(table.config[picked], table.run[picked], values[picked])
     labels = [run_label(run) for run in table.runs]
     times = [run_time(run) for run in table.runs]
-    stamps = [t.timestamp() if t else math.inf for t in times]
-    rank = np.empty(len(table.runs), dtype=np.int64)
-    rank[sorted(range(len(labels)), key=lambda i: (stamps[i], labels[i]))] = np.arange(len(labels))
+    stamps = np.array([t.timestamp() if t else math.inf for t in times], dtype=float)
+    by_time = np.array(sorted(range(len(labels)), key=lambda i: (stamps[i], labels[i])), dtype=np.int32)
+    rank = np.empty(len(table.runs), dtype=np.int32)
+    rank[by_time] = np.arange(len(labels), dtype=np.int32)
     days = np.unique([t.strftime("%Y-%m-%d") if t else lab for t, lab in zip(times, labels)] or [""],
-                     return_inverse=True)[1]
-    order = np.lexsort((rank[runs], configs))
-    configs, runs, medians = configs[order], runs[order], medians[order]
+                     return_inverse=True)[1].reshape(-1)
+    # ranked by start time: the medians come sorted by configuration, then start time
+    configs, ranks, medians = per_run_medians(table.config[usable], rank[table.run[usable]], values[usable])
+    del usable
+    runs = by_time[ranks]
+    del ranks
     bounds = np.flatnonzero(np.r_[True, configs[1:] != configs[:-1], True]) if len(configs) else np.array([0])
     out: dict[ConfigKey, Side] = {}
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        mine = runs[a:b]
-        out[table.configs[configs[a]]] = Side(medians[a:b].tolist(), [labels[r] for r in mine.tolist()], days[mine],
-                                              [stamps[r] for r in mine.tolist()])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        out[table.configs[configs[a]]] = Side(medians[a:b], RunLabels(labels, runs[a:b]), days, stamps)
     return out
 
 
@@ -229,11 +265,12 @@ def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> R
         values = np.asarray(base.values)
         days = len(codes)
         test = block_test([float(np.median(values[inverse == d])) for d in range(days)], fresh.values, rho)
-    if test is None and alternate(base.order, fresh.order) and not math.isinf(max(base.order + fresh.order)):
+    if test is None and alternate(base.order, fresh.order) and \
+            not math.isinf(max(float(base.order.max()), float(fresh.order.max()))):
         test = paired_test(base.values, fresh.values)  # the i-th runs of the two sides are neighbours in time
     if test is None:
         test = run_test(base.values, fresh.values, rho)
-    ratio = statistics.median(fresh.values) / statistics.median(base.values)
+    ratio = median_of(fresh.values) / median_of(base.values)
     return Row(key, base.values, fresh.values, base.labels, fresh.labels, float(ratio), test, days=days)
 
 
@@ -254,7 +291,10 @@ def _could_see(result: Comparison, higher_better: bool) -> None:
     for row in result.rows:
         if row.test is not None:
             d = power.detectable_log(row.test.se, row.test.df, tested, result.alpha, log_thr)
-            row.detectable = power.as_fraction(d, higher_better)
+            try:
+                row.detectable = power.as_fraction(d, higher_better)
+            except OverflowError:  # a log spread past e ** 709 (latencies near 1e308): no finite change
+                row.detectable = math.inf
         if result.plan is not None:
             sd = power.pooled_log_sd(row.baseline, row.new)
             row.runs_needed = None if sd is None else power.runs_needed(

@@ -9,7 +9,9 @@ in that column).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -37,29 +39,72 @@ class FoundStep:
         return bool(self.changed)
 
 
+class Cells(Mapping):
+    """(run position, column key) -> value, read from a History's arrays (no Python object per cell)."""
+
+    def __init__(self, hist: "History"):
+        self.hist = hist
+        self.index = {key: c for c, key in enumerate(hist.columns)}
+
+    def __getitem__(self, item: tuple[int, ConfigKey]) -> float:
+        i, key = item
+        c = self.index.get(key)
+        if c is not None:
+            runs, values = self.hist.column(c)
+            at = int(np.searchsorted(runs, i))
+            if at < len(runs) and runs[at] == i:
+                return float(values[at])
+        raise KeyError(item)
+
+    def __iter__(self):
+        for c, key in enumerate(self.hist.columns):
+            for i in self.hist.column(c)[0].tolist():
+                yield i, key
+
+    def __len__(self) -> int:
+        return len(self.hist.cell_run)
+
+
 @dataclass
 class History:
+    """Runs by start time, columns, and per column its runs' values as arrays: ``cell_run`` (run positions)
+    and ``cell_value``, column by column (``bounds``), each column's runs in time order."""
+
     metric: str
     stat: str
     runs: list[RunInfo]  #: by start time
     columns: list[ConfigKey]
     labels: list[str]
-    values: dict[tuple[int, ConfigKey], float]  #: (run position, column) -> value
+    cell_run: np.ndarray  #: int64 run position of each cell, grouped by column
+    cell_value: np.ndarray  #: float64 value of each cell
+    bounds: np.ndarray  #: column c's cells are [bounds[c], bounds[c + 1])
     steps: list[FoundStep] = field(default_factory=list)
+
+    @cached_property
+    def values(self) -> Cells:
+        """(run position, column key) -> value, as a read-only mapping."""
+        return Cells(self)
+
+    def column(self, column: int) -> tuple[np.ndarray, np.ndarray]:
+        """(run positions, values) of a column, in time order."""
+        a, b = int(self.bounds[column]), int(self.bounds[column + 1])
+        return self.cell_run[a:b], self.cell_value[a:b]
 
     def points(self, column: int) -> list[int]:
         """Positions of the runs that have a value in ``column``, in time order."""
-        key = self.columns[column]
-        return [i for i in range(len(self.runs)) if (i, key) in self.values]
+        return self.column(column)[0].tolist()
 
-    def used_runs(self) -> list[int]:
-        return [i for i in range(len(self.runs)) if any((i, k) in self.values for k in self.columns)]
+    def used_runs(self, columns: list[int] | None = None) -> list[int]:
+        """Positions of the runs with a value in any column (of ``columns``, when given), in time order."""
+        picked = [self.column(c)[0] for c in (range(len(self.columns)) if columns is None else columns)]
+        return np.unique(np.concatenate(picked)).tolist() if picked else []
 
     def find_steps(self, min_step: float, alpha: float) -> None:
         worse_up = not higher_is_better(self.metric)
-        for c, key in enumerate(self.columns):
-            at = self.points(c)
-            for step in detect([self.values[(i, key)] for i in at], min_step, alpha):
+        for c in range(len(self.columns)):
+            runs, values = self.column(c)
+            at = runs.tolist()
+            for step in detect(values, min_step, alpha):
                 run, previous = at[step.index], at[step.index - 1]
                 self.steps.append(FoundStep(c, step, run, previous,
                                             changes(self.runs[previous].meta, self.runs[run].meta),
@@ -77,10 +122,17 @@ def build(table: Table, sizes: list[int], metric: str, stat: str, lookback: int 
     values = table.values(metric, stat)
     rows = np.flatnonzero(table.size_mask(sizes) & np.isfinite(values) & (position[table.run] >= 0))
     configs, runs, medians = per_run_medians(table.config[rows], position[table.run[rows]], values[rows])
-    cells = {(run, table.configs[config]): value
-             for config, run, value in zip(configs.tolist(), runs.tolist(), medians.tolist())}
-    columns = sorted({table.configs[c] for c in set(configs.tolist())}, key=ConfigKey.sort_key)
-    return History(metric, stat, [table.runs[i] for i in order], columns, column_labels(columns), cells)
+    present = np.unique(configs)
+    ordered = sorted(present.tolist(), key=lambda c: ConfigKey.sort_key(table.configs[c]))
+    columns = [table.configs[c] for c in ordered]
+    place = np.zeros(len(table.configs), dtype=np.int64)  # table config -> its column
+    place[ordered] = np.arange(len(ordered))
+    col = place[configs]
+    by_column = np.lexsort((runs, col))  # per_run_medians sorted by config, then run: here by column, then run
+    col, runs, medians = col[by_column], runs[by_column], medians[by_column]
+    bounds = np.searchsorted(col, np.arange(len(columns) + 1))
+    return History(metric, stat, [table.runs[i] for i in order], columns, column_labels(columns), runs, medians,
+                   bounds)
 
 
 def _time_order(run: RunInfo) -> tuple:

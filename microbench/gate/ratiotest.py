@@ -46,9 +46,17 @@ class RatioTest:
     def interval(self, confidence: float) -> tuple[float, float]:
         """(low, high) of the ratio of geometric means at ``confidence`` (two-sided)."""
         if self.se == 0:
-            return math.exp(self.log_diff), math.exp(self.log_diff)
+            return _exp(self.log_diff), _exp(self.log_diff)
         half = tdist.quantile(0.5 + confidence / 2, self.df) * self.se
-        return math.exp(self.log_diff - half), math.exp(self.log_diff + half)
+        return _exp(self.log_diff - half), _exp(self.log_diff + half)
+
+
+def _exp(x: float) -> float:
+    """e ** x, inf past the largest float (an interval on values near 1e308 has no finite end)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 def ar1_factor(n: int, rho: float) -> float:

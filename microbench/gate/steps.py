@@ -63,7 +63,7 @@ def detect(values: Sequence[float], min_step: float = 0.05, alpha: float = 0.05,
     _search(data, 0, len(data), min_step, alpha, min_segment, cuts)
     cuts.sort()
     bounds = [0, *[c for c, _ in cuts], len(data)]
-    return [Step(c, float(np.median(data[bounds[i]:c])), float(np.median(data[c:bounds[i + 2]])), p)
+    return [Step(c, _median(data[bounds[i]:c]), _median(data[c:bounds[i + 2]]), p)
             for i, (c, p) in enumerate(cuts)]
 
 
@@ -95,10 +95,11 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int)
     u = rank_sum_later - later * (later + 1) / 2  # pairs (earlier, later) with the later run larger
     mean, sd = candidates * later / 2, np.sqrt(candidates * later * (n + 1) / 12)
     score = np.abs(u - mean) / sd
+    halves = _Halves(seg)
     for i in np.argsort(-score, kind="stable")[:_TRIES]:
-        i = _place(seg, candidates, int(i))
+        i = _place(halves, candidates, int(i))
         split = int(candidates[i])
-        before, after = np.median(seg[:split]), np.median(seg[split:])
+        before, after, _ = halves(split)
         if before <= 0 or abs(after / before - 1) < min_step:
             continue
         p = min(1.0, mann_whitney_p(float(u[i]), split, n - split, ties) * len(candidates))
@@ -106,16 +107,41 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int)
     return None
 
 
-def _place(seg: np.ndarray, candidates: np.ndarray, best: int, reach: int = 3) -> int:
+class _Halves:
+    """(median before, median after, least absolute deviation about them) of a segment split at a run, each
+    split computed once: the tries of one segment place their splits among overlapping neighbours."""
+
+    def __init__(self, seg: np.ndarray):
+        self.seg, self.known = seg, {}
+
+    def __call__(self, split: int) -> tuple[float, float, float]:
+        got = self.known.get(split)
+        if got is None:
+            left, right = self.seg[:split], self.seg[split:]
+            before, after = _median(left), _median(right)
+            cost = float(np.abs(left - before).sum() + np.abs(right - after).sum())
+            got = self.known[split] = (before, after, cost)
+        return got
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median`` of a non-empty 1-d array (the mean of the middle two of an even count), without its
+    overhead (a series of 3,650 runs is split thousands of times) and without overflowing near 1e308."""
+    n = len(values)
+    k = n // 2
+    if n % 2:
+        return float(np.partition(values, k)[k])
+    part = np.partition(values, (k - 1, k))
+    a, b = float(part[k - 1]), float(part[k])
+    mid = (a + b) / 2
+    return mid if mid != math.inf or a == math.inf or b == math.inf else a / 2 + b / 2
+
+
+def _place(halves: _Halves, candidates: np.ndarray, best: int, reach: int = 3) -> int:
     """The candidate within ``reach`` of ``best`` whose two medians fit the segment best (least absolute
     deviation): ranks find a step, magnitudes place it (a high last point before a step rises with it)."""
     lo, hi = max(0, best - reach), min(len(candidates), best + reach + 1)
-
-    def cost(i: int) -> float:
-        split = int(candidates[i])
-        left, right = seg[:split], seg[split:]
-        return float(np.abs(left - np.median(left)).sum() + np.abs(right - np.median(right)).sum())
-    return min(range(lo, hi), key=lambda i: (cost(i), abs(i - best)))
+    return min(range(lo, hi), key=lambda i: (halves(int(candidates[i]))[2], abs(i - best)))
 
 
 def _midranks(seg: np.ndarray, ranks: np.ndarray, inverse: np.ndarray, counts: np.ndarray) -> np.ndarray:

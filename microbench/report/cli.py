@@ -74,22 +74,29 @@ def _out_path(text: str) -> Path:
 
 
 def build_sections(args, loaded: Loaded) -> list[Section]:
-    """Every part of the page, in reading order; optional parts only when their input was given."""
-    sections = [runs_part.section(loaded)]
+    """Every part of the page, in reading order; optional parts only when their input was given. The metric
+    arrays a part computed are let go before the next (each is 9 MB per million rows)."""
+    sections = []
+
+    def add(section: Section | None) -> None:
+        if section:
+            sections.append(section)
+        loaded.table.forget_values()
+
+    add(runs_part.section(loaded))
     if args.spec:
         spec = load_spec(args.spec)
-        sections.append(verdicts.check_section(spec, evaluate(spec, loaded.table)))
+        add(verdicts.check_section(spec, evaluate(spec, loaded.table)))
     if args.baseline:
         baseline = load_table(args.baseline, "baseline", stats=[args.stat])
         result = compare(baseline, loaded.table, "latency", args.stat, args.threshold)
-        sections.append(verdicts.compare_section(result, len(baseline.used_runs()), len(loaded.order)))
-    sections.append(figures.section(loaded, args.stat))
-    sections.append(history.section(loaded, args.stat))
-    pairs = heatmaps.section(loaded)
-    if pairs:
-        sections.append(pairs)
+        add(verdicts.compare_section(result, len(baseline.used_runs()), len(loaded.order)))
+        del baseline, result
+    add(figures.section(loaded, args.stat))
+    add(history.section(loaded, args.stat))
+    add(heatmaps.section(loaded))
     if args.workload:
-        sections.append(workload.section(workload.load(args.workload), args.workload))
+        add(workload.section(workload.load(args.workload), args.workload))
     return sections
 
 

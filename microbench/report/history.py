@@ -76,30 +76,33 @@ def _step_lines(hist: gate_history.History, names: dict[int, str], columns: list
 def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> tuple[str, list[str]]:
     """One benchmark's history chart, legend and notes ('' when fewer than two runs measured it)."""
     columns = [c for c, key in enumerate(hist.columns) if key.benchmark == benchmark]
-    used = [i for i in range(len(hist.runs)) if any((i, hist.columns[c]) in hist.values for c in columns)]
+    used = hist.used_runs(columns)
     if len(used) < 2:
         return "", []
     width = -(-len(used) // MAX_POINTS)  #: runs per point
     bins = [used[b:b + width] for b in range(0, len(used), width)]
-    bin_of = {i: b for b, members in enumerate(bins) for i in members}
+    bin_of = np.full(len(hist.runs), -1, dtype=np.int64)  # run position -> its bin
+    bin_of[used] = np.arange(len(used)) // width
     lines = []
     for n, c in enumerate(columns):
         key = hist.columns[c]
         color, dash = svg.style_of(n)
         line = svg.Line(f"h{n}", hist.labels[c], f"h{n} size:{key.size_bytes}", color, dash)
-        for b, members in enumerate(bins):
-            here = [i for i in members if (i, key) in hist.values]
-            if width == 1 and here:
-                line.points.append(svg.Point(b, hist.values[(here[0], key)], names[id(hist.runs[here[0]])]))
-            elif here:
-                values = np.array([hist.values[(i, key)] for i in here])
-                lo, mid, hi = np.percentile(values, [10, 50, 90])
-                what = f"{_day(hist.runs[here[0]])} .. {_day(hist.runs[here[-1]])}, median of {len(here)} runs"
-                line.points.append(svg.Point(b, float(mid), what, float(lo), float(hi)))
+        runs, values = hist.column(c)
+        at = bin_of[runs]
+        groups = _groups(at)
+        if width == 1:
+            line.points = [svg.Point(int(at[first]), float(values[first]), names[id(hist.runs[int(runs[first])])])
+                           for first, _ in groups]
+        else:
+            for (first, last), (lo, mid, hi) in zip(groups, _percentiles(values, groups)):
+                what = (f"{_day(hist.runs[int(runs[first])])} .. {_day(hist.runs[int(runs[last - 1])])}, "
+                        f"median of {last - first} runs")
+                line.points.append(svg.Point(int(at[first]), mid, what, lo, hi))
         lines.append(line)
     stride = max(1, -(-len(bins) // MAX_TICKS))
     ticks = [(b, _when(hist.runs[members[0]])) for b, members in enumerate(bins) if b % stride == 0]
-    marks = [(bin_of[i], mpi_library(hist.runs[i])) for n, i in enumerate(used)
+    marks = [(int(bin_of[i]), mpi_library(hist.runs[i])) for n, i in enumerate(used)
              if n and mpi_library(hist.runs[i]) != mpi_library(hist.runs[used[n - 1]])]
     x_label = "run (start time, UTC)" if width == 1 else f"runs, {width} per point (start time, UTC)"
     axes = svg.make_axes(lines, "index", True, x_label, f"{hist.stat} latency (us)", x_ticks=ticks)
@@ -114,6 +117,34 @@ def chart(hist: gate_history.History, names: dict[int, str], benchmark: str) -> 
     body = text_el("h3", f"{benchmark}: {len(used)} runs") + toggles + svg.legend(lines) + \
         el("div", el("figure", svg_text), class_="charts") + notes(found)
     return el("div", body, class_="figure-group", id=f"history-{benchmark}"), found
+
+
+def _groups(at: np.ndarray) -> list[tuple[int, int]]:
+    """[first, last) of each run of equal bins in ``at`` (a column's cells, in time order)."""
+    if len(at) == 0:
+        return []
+    starts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
+    return list(zip(starts.tolist(), np.r_[starts[1:], len(at)].tolist()))
+
+
+def _percentiles(values: np.ndarray, groups: list[tuple[int, int]]) -> list[tuple[float, float, float]]:
+    """p10, median and p90 of each group [first, last) of ``values``; groups of one length at once (a
+    decade is 301 lines of 50 bins). On values near the largest float, where interpolating between two of
+    them overflows, computed on halves and doubled back."""
+    out: list = [None] * len(groups)
+    lengths = np.array([last - first for first, last in groups], dtype=np.int64)
+    firsts = np.array([first for first, _ in groups], dtype=np.int64)
+    for length in np.unique(lengths).tolist():
+        which = np.flatnonzero(lengths == length)
+        block = values[firsts[which][:, None] + np.arange(length)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = np.percentile(block, [10, 50, 90], axis=1)
+        wild = ~np.all(np.isfinite(got), axis=0)
+        if wild.any():
+            got[:, wild] = np.percentile(block[wild] / 2, [10, 50, 90], axis=1) * 2
+        for j, (lo, mid, hi) in zip(which.tolist(), got.T.tolist()):
+            out[j] = (lo, mid, hi)
+    return out
 
 
 def section(loaded: Loaded, stat: str) -> Section:

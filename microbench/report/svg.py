@@ -9,6 +9,7 @@ cfg:.." data-label=... fill=COLOUR>``, each point a ``<circle data-x=X-TEXT data
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 from microbench.report.markup import attrs, esc, svg_root
@@ -19,6 +20,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 DASHES = ("", "6 3", "2 2", "8 3 2 3")
 WIDTH, HEIGHT = 600, 340
 MARGIN = {"left": 64, "right": 14, "top": 28, "bottom": 46}
+_TOP_DECADE = sys.float_info.max_10_exp  #: 308: 10.0 ** 309 is past the largest float
 
 
 def style_of(index: int) -> tuple[str, str]:
@@ -69,10 +71,12 @@ class Scale:
 
 
 def log_domain(values: list[float], pad: float = 1.25) -> tuple[float, float]:
+    """The values' range widened by ``pad`` (by 2 when they are one value), the top held at the largest float
+    (latencies near 1e308 stay drawable)."""
     lo, hi = min(values), max(values)
     if lo == hi:
-        return lo / 2, hi * 2
-    return lo / pad, hi * pad
+        return lo / 2, min(hi * 2, sys.float_info.max)
+    return lo / pad, min(hi * pad, sys.float_info.max)
 
 
 def linear_domain(values: list[float]) -> tuple[float, float]:
@@ -89,9 +93,14 @@ def log2_ticks(lo: float, hi: float, label) -> list[tuple[float, str]]:
 
 def log10_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
     """Decades in [lo, hi]; with 2 and 5 between them when the axis spans fewer than three decades."""
-    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    a, b = math.floor(math.log10(lo)), min(math.ceil(math.log10(hi)), _TOP_DECADE)
     steps = (1, 2, 5) if b - a < 3 else (1,)
-    ticks = [m * 10.0 ** e for e in range(a, b + 1) for m in steps]
+    if b - a > 12:  # at most about a dozen decades labelled
+        steps = ()
+        stride = math.ceil((b - a + 1) / 12)
+        ticks = [10.0 ** e for e in range(a, b + 1) if e % stride == 0]
+    else:
+        ticks = [m * 10.0 ** e for e in range(a, b + 1) for m in steps]
     return [(t, f"{t:g}") for t in ticks if lo <= t <= hi]
 
 

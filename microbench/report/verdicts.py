@@ -108,7 +108,7 @@ def _glyph_scale(result: Comparison) -> tuple[float, float]:
     values = [1 - result.threshold, 1 + result.threshold]
     for r in result.rows:
         values += [r.ratio] + (list(r.interval) if r.interval else [])
-    values = [v for v in values if v > 0]
+    values = [v for v in values if 0 < v < math.inf]  # an interval's end may be 0 or inf (values near 1e308)
     return math.log(min(values)) - 0.05, math.log(max(values)) + 0.05
 
 
@@ -117,8 +117,9 @@ def interval_glyph(ratio: float, low: float | None, high: float | None, threshol
     """A small SVG: threshold band, 1, the interval and the ratio on a log axis over ``domain`` (log values)."""
     a, b = domain
 
-    def x(v: float) -> float:
-        return 4 + (math.log(v) - a) / (b - a) * (_GLYPH_W - 8)
+    def x(v: float) -> float:  # an end at 0 or inf (an interval past the floats) is drawn at the edge
+        at = a if not v > 0 else b if v == math.inf else min(max(math.log(v), a), b)
+        return 4 + (at - a) / (b - a) * (_GLYPH_W - 8)
 
     colour = "#c62828" if verdict in _BAD else "#2e7d32" if verdict.startswith("improved") else "#555"
     parts = [f'<rect x="{x(1 - threshold):.1f}" y="2" width="{x(1 + threshold) - x(1 - threshold):.1f}" '
@@ -131,6 +132,11 @@ def interval_glyph(ratio: float, low: float | None, high: float | None, threshol
     return svg_root("".join(parts), _GLYPH_W, _GLYPH_H, class_="glyph", data_tip=tip)
 
 
+def _ratio(value: float) -> str:
+    """A ratio to 3 decimals; past a million (an interval on values near 1e308) to 3 significant digits."""
+    return f"{value:.3f}" if abs(value) < 1e6 else f"{value:.3g}"
+
+
 def _compare_rows(result: Comparison) -> tuple[list[list[str]], list[str | None]]:
     shown = [n for n in keys.varying_options(r.key for r in result.rows) if n not in ("ranks", "backend")]
     domain = _glyph_scale(result)
@@ -138,12 +144,12 @@ def _compare_rows(result: Comparison) -> tuple[list[list[str]], list[str | None]
     for r in result.rows:
         low, high = r.interval if r.interval else (None, None)
         verdict = _VERDICT_TEXT.get(r.verdict, r.verdict)
-        ci = f"[{low:.3f}, {high:.3f}]" if r.interval else "too few runs"
+        ci = f"[{_ratio(low)}, {_ratio(high)}]" if r.interval else "too few runs"
         p = "-" if r.p_adjusted is None else f"{r.p_adjusted:.3g}"
         tip = f"ratio {r.ratio:.4f}, interval {ci}, adjusted p {p}, {verdict}"
         rows.append([esc(format_size(r.key.size_bytes)), esc(r.key.benchmark), esc(r.key.get("ranks")),
                      esc(r.key.get("backend")), esc(keys.describe_options(r.key, shown)), esc(num(r.baseline_median)),
-                     esc(len(r.baseline)), esc(num(r.new_median)), esc(len(r.new)), esc(f"{r.ratio:.3f}"), esc(ci),
+                     esc(len(r.baseline)), esc(num(r.new_median)), esc(len(r.new)), esc(_ratio(r.ratio)), esc(ci),
                      esc(p), interval_glyph(r.ratio, low, high, result.threshold, r.verdict, domain, tip),
                      badge(verdict, None if r.verdict in (OK, NOISE) else r.verdict not in _BAD)])
         classes.append("bad" if r.verdict in _BAD else None)

@@ -21,7 +21,7 @@ from microbench.results.index import PartReader
 from microbench.results.parts import NUMBERS, PART_STATS, FilePart, PartMaker
 from microbench.results.scan import ScanNotes, decode_file, jsonl_paths
 from microbench.results.selection import Selection, mixture_notes
-from microbench.results.tablebuild import TableBuilder
+from microbench.results.tablebuild import TableBuilder, release_free_heap
 
 
 def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats: Iterable[str] = LATENCY_STATS,
@@ -50,6 +50,8 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     finally:
         gc.enable()
     table = builder.table()
+    del builder, reader
+    release_free_heap()
     lines = notes.lines() + selection.notes() + mixture_notes([r.meta for r in table.runs])
     for line in lines:
         print(f"# note: {what}: {printable(line)}", file=sys.stderr)

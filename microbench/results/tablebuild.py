@@ -42,6 +42,18 @@ def fix_mmap_threshold() -> None:
         pass
 
 
+def release_free_heap() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``): once the table is built, what
+    the reader decoded and let go stays resident otherwise (about 30 MB on ten years of the whole suite, a
+    tenth of the peak). Elsewhere (another C library) nothing happens."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class TableBuilder:
     """Merges file parts into one table: runs de-duplicated and selected, configurations kept or not,
     only the latency statistics asked for."""
