@@ -55,19 +55,44 @@ def main(args) -> int:
         return 0
     if not args.results:
         raise UsageError("give the RESULTS to judge (JSONL files or directories)")
-    table = load_table(args.results, stats=spec_stats(spec), selection=select.Selection.from_args(args))
-    runs = table.runs
-    outcomes = evaluate(spec, table)
+    if spec.rules:
+        table = load_table(args.results, stats=spec_stats(spec), selection=select.Selection.from_args(args))
+        runs = table.runs
+        outcomes = evaluate(spec, table)
+    else:  # replay rules only: no result records needed
+        runs, outcomes = [], []
+    replay_outcomes = []
+    if spec.replay_rules:
+        from microbench.gate import replay_check
+
+        replays = replay_check.read_replays(args.results)
+        replay_outcomes = [replay_check.judge(rule, replays) for rule in spec.replay_rules]
     if args.junit:
         try:
             junit.write(args.junit, spec, outcomes, {"results": " ".join(args.results), "runs": str(len(runs))})
         except OSError as exc:
             raise UsageError(f"cannot write JUnit XML to {args.junit}: {exc.strerror or exc}") from None
     if args.json:
-        dump_strict(as_json(spec, runs, outcomes, args.results))
+        out = as_json(spec, runs, outcomes, args.results)
+        if replay_outcomes:
+            failed = sum(not o.passed for o in outcomes + replay_outcomes)
+            out["replay_rules"] = [o.as_dict() for o in replay_outcomes]
+            out["passed"] = failed == 0
+            out["summary"] = {"rules": len(outcomes) + len(replay_outcomes),
+                              "passed": len(outcomes) + len(replay_outcomes) - failed, "failed": failed}
+        dump_strict(out)
     else:
-        print("\n".join(report_lines(spec, runs, outcomes, args.failures_only)))
-    return 0 if all(o.passed for o in outcomes) else 1
+        lines = report_lines(spec, runs, outcomes, args.failures_only)
+        if replay_outcomes:
+            total = lines.pop()  # the verdict line, recomputed with the replay rules
+            assert total.startswith("# ")
+            for outcome in replay_outcomes:
+                lines += [*outcome.lines(), ""]
+            failed = sum(not o.passed for o in outcomes + replay_outcomes)
+            n = len(outcomes) + len(replay_outcomes)
+            lines.append(f"# {n} rule(s): {n - failed} passed, {failed} failed" + (" -> FAIL" if failed else " -> PASS"))
+        print("\n".join(lines))
+    return 0 if all(o.passed for o in [*outcomes, *replay_outcomes]) else 1
 
 
 def spec_stats(spec: Spec) -> list[str]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
+from microbench.gate.replay_check import parse_rules as parse_replay_rules
 from microbench.results import keys
 from microbench.results.load import benchmark_names
 from microbench.results.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
@@ -68,7 +69,7 @@ FILTER_KEYS = ("backend", "ranks", *keys.OPTION_FIELDS)
 JUDGING_KEYS = ("stat", "tolerance", "runs", "min_runs", "require_check")
 RULE_KEYS = ("name", "benchmark", "sizes", *FILTER_KEYS, *THRESHOLDS, *JUDGING_KEYS)
 DEFAULT_KEYS = (*FILTER_KEYS, *JUDGING_KEYS)
-TOP_KEYS = ("description", "defaults", "rule")
+TOP_KEYS = ("description", "defaults", "rule", "replay")
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ class Spec:
     rules: tuple[Rule, ...]
     description: str = ""
     defaults: dict = field(default_factory=dict)
+    replay_rules: tuple = ()  #: gate.replay_check.ReplayRule: bounds on replay records ([[replay]])
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -182,15 +184,14 @@ def parse_spec(data: dict, source: str = "<spec>") -> Spec:
     if not isinstance(defaults, dict):
         fail("[defaults] must be a table")
     _reject_unknown(defaults, DEFAULT_KEYS, "in [defaults]", fail)
-    raw_rules = data.get("rule")
-    if raw_rules is None:
-        fail("no rules: add at least one [[rule]] table")
+    raw_rules = data.get("rule", [])
     if not isinstance(raw_rules, list) or not all(isinstance(r, dict) for r in raw_rules):
         fail("'rule' must be an array of tables: write each rule as [[rule]]")
-    if not raw_rules:
-        fail("no rules: add at least one [[rule]] table")
+    replay_rules = parse_replay_rules(data["replay"], fail, len(raw_rules) + 1) if "replay" in data else ()
+    if not raw_rules and not replay_rules:
+        fail("no rules: add at least one [[rule]] (or [[replay]]) table")
     rules = tuple(_parse_rule(i, {**defaults, **raw}, raw, fail) for i, raw in enumerate(raw_rules, 1))
-    return Spec(path=source, rules=rules, description=description, defaults=dict(defaults))
+    return Spec(path=source, rules=rules, description=description, defaults=dict(defaults), replay_rules=replay_rules)
 
 
 def _reject_unknown(table: dict, known: tuple[str, ...], where: str, fail) -> None:
