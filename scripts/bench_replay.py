@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -80,7 +81,7 @@ class Emulated:
         if throttle_mbit:
             self.cluster.throttle("node1", throttle_mbit)
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
         finally:
             if throttle_mbit:
                 self.cluster.unthrottle("node1")

@@ -5,7 +5,9 @@ blocking (the curve of the blocking benchmark, also for calls the replay posts n
 ``target_s``, between 3 and 50, agreed within the group). Two readings per call:
 
 - isolated: one group of the kind at a time (the others wait at a barrier), the curve a sweep measures;
-- concurrent: every group of the kind at once, as the replay runs them.
+- concurrent: every group of the kind at once, as the replay runs them;
+- non-blocking, for calls the schedule overlaps: posted non-blocking and waited at once, every group of the
+  kind at once (a library may run another algorithm for the non-blocking call).
 
 Each is the slowest rank of the group's mean seconds per call; a rank keeps its own group's values.
 """
@@ -30,11 +32,17 @@ class CallLatency:
 
     isolated_s: float
     concurrent_s: float
+    nonblocking_s: float | None = None  #: posted non-blocking and waited at once (calls the schedule overlaps)
 
     @property
     def contention(self) -> float:
         """concurrent / isolated (1.0: the groups do not slow each other)."""
         return self.concurrent_s / self.isolated_s if self.isolated_s > 0 else 1.0
+
+
+def overlapped_keys(schedule: list[Call]) -> set[CallKey]:
+    """The (collective, group, bytes) the schedule posts non-blocking somewhere."""
+    return {(c.collective, c.group, c.bytes) for c in schedule if c.overlapped}
 
 
 def distinct_calls(schedule: list[Call]) -> list[Call]:
@@ -68,6 +76,7 @@ def _timed(issuer, call: Call, target_s: float) -> float:
 def measure(issuer, layout: Layout, rank: int, schedule: list[Call], target_s: float = 0.005) -> dict[CallKey, CallLatency]:
     """Isolated and concurrent seconds per call of each distinct call (collective on every rank)."""
     out: dict[CallKey, CallLatency] = {}
+    posted = overlapped_keys(schedule)
     for call in distinct_calls(schedule):
         groups = layout.groups(call.group)
         mine = groups.index(layout.group_of(rank, call.group))
@@ -78,6 +87,11 @@ def measure(issuer, layout: Layout, rank: int, schedule: list[Call], target_s: f
                 isolated = _timed(issuer, call, target_s)
         issuer.barrier()
         concurrent = _timed(issuer, call, target_s)
-        out[(call.collective, call.group, call.bytes)] = CallLatency(isolated, concurrent)
+        key = (call.collective, call.group, call.bytes)
+        nonblocking = None
+        if key in posted:
+            issuer.barrier()
+            nonblocking = _timed(issuer, dataclasses.replace(call, overlapped=True), target_s)
+        out[key] = CallLatency(isolated, concurrent, nonblocking)
     issuer.barrier()
     return out

@@ -300,7 +300,9 @@ def _summary(issuer, workload, schedule, first: IterationTimes, timed: list[Iter
                          "overlapped": key in overlapped,
                          "replayed_s": inside,
                          "isolated_s_per_call": issuer.world_max(lat.isolated_s) if lat else None,
-                         "concurrent_s_per_call": issuer.world_max(lat.concurrent_s) if lat else None})
+                         "concurrent_s_per_call": issuer.world_max(lat.concurrent_s) if lat else None,
+                         "nonblocking_s_per_call": (issuer.world_max(lat.nonblocking_s)
+                                                    if lat and lat.nonblocking_s is not None else None)})
     out = {
         "workload": None, "iterations": len(timed),
         "calls_per_iteration": len(schedule), "bytes_per_iteration": sum(c.bytes for c in schedule),

@@ -9,8 +9,9 @@ gets every attribution the launch measured that bears on it:
 - contention among groups of one kind: the same launch's per-call latency with every group of the kind at
   once against one group at a time, weighted by the row's calls;
 - overlapped calls of another group in flight at the same time (the layout and the schedule say which);
-- non-blocking calls posted back to back and in flight together (the latencies were measured blocking, one
-  at a time);
+- calls the replay posts non-blocking: the same launch's non-blocking call (posted and waited at once)
+  against the blocking one, and several such calls in flight together (the latencies were measured one at
+  a time);
 - overlapped calls hiding behind compute (their replayed time is their post and their wait, not their
   duration);
 - with compute, blocking calls waiting for peers still computing (skew between ranks);
@@ -28,12 +29,11 @@ def _row(what: str, predicted: float, replayed: float | None) -> dict:
     return {"what": what, "predicted_s": predicted, "replayed_s": replayed, "ratio": r, "explained_by": []}
 
 
-def _contention(per_call: list[dict], keep) -> float | None:
-    """Concurrent over isolated seconds of the calls ``keep`` selects, weighted by their counts."""
-    calls = [c for c in per_call if keep(c) and c.get("isolated_s_per_call") and c.get("concurrent_s_per_call")]
-    isolated = sum(c["calls"] * c["isolated_s_per_call"] for c in calls)
-    concurrent = sum(c["calls"] * c["concurrent_s_per_call"] for c in calls)
-    return concurrent / isolated if isolated > 0 else None
+def _weighted(per_call: list[dict], keep, field: str, base: str = "isolated_s_per_call") -> float | None:
+    """``field`` over ``base`` seconds of the calls ``keep`` selects, weighted by their counts."""
+    calls = [c for c in per_call if keep(c) and c.get(base) and c.get(field)]
+    below = sum(c["calls"] * c[base] for c in calls)
+    return sum(c["calls"] * c[field] for c in calls) / below if below > 0 else None
 
 
 def comparison(predicted: dict, measured: dict, context: dict, threshold: float = THRESHOLD) -> list[dict]:
@@ -71,13 +71,18 @@ def comparison(predicted: dict, measured: dict, context: dict, threshold: float 
         others = ([g for g in context["overlapped_groups"] if g not in row_groups] if what not in ("total", "exposed")
                   else list(context["overlapped_groups"]))
         several = [g for g in row_groups if context.get("group_counts", {}).get(g, 1) > 1]
-        factor = _contention(per_call, lambda c: keep(c) and c["group"] in several)
+        factor = _weighted(per_call, lambda c: keep(c) and c["group"] in several, "concurrent_s_per_call")
         if factor is not None and factor - 1 > threshold / 2:
             why.append(f"groups of one kind at once: {factor:.2f}x per call against one group at a time "
                        "(same launch)")
         if others and len(context["groups"]) > 1:
             why.append(f"overlapped calls of the {', '.join(others)} group(s) in flight at the same time")
         posted = [c for c in per_call if keep(c) and c.get("overlapped")]
+        nonblocking = _weighted(per_call, lambda c: keep(c) and c.get("overlapped"), "nonblocking_s_per_call",
+                                "concurrent_s_per_call")
+        if nonblocking is not None and abs(nonblocking - 1) > threshold / 2:
+            why.append(f"posted non-blocking and waited at once its calls take {nonblocking:.2f}x the blocking "
+                       "call's time (same launch: the library's non-blocking algorithm differs)")
         if posted and not context["compute"]:
             in_flight = sum(c["calls"] for c in posted)
             why.append(f"{in_flight} call(s) posted non-blocking and in flight together before their wait (the "
