@@ -23,7 +23,7 @@ import statistics
 
 from microbench.cluster import launch
 from microbench.cluster.world import init_world, require_mpi
-from microbench.errors import UsageError
+from microbench.errors import RunError, UsageError
 from microbench.replay import calibrate, predict
 from microbench.replay.compare import THRESHOLD, comparison
 from microbench.replay.execute import Executor, IterationTimes
@@ -69,6 +69,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threshold", type=_positive_float, default=THRESHOLD, metavar="F",
                    help=f"attribute the gap of rows whose replayed/predicted is off 1 by more than F "
                         f"(default {THRESHOLD})")
+    g = p.add_argument_group("backend (as microbench run)")
+    g.add_argument("--backend", choices=("mpi", "torch"),
+                   help="mpi: mpi4py communicators split from the world (default under mpiexec/srun); torch: "
+                        "torch.distributed process groups (default under torchrun)")
+    g.add_argument("--torch-backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="torch.distributed backend; auto: nccl with --device cuda, else gloo")
+    g.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the buffer pool lives (cuda: --backend torch, one GPU per local rank)")
     g = p.add_argument_group("run")
     g.add_argument("--np", type=int, metavar="N", help="start N local ranks under the installed MPI's mpiexec")
     g.add_argument("--warmup", type=int, default=1, metavar="N",
@@ -114,6 +122,42 @@ def _workload(args) -> Workload | None:
     return w
 
 
+def _check_backend(args, launcher: str | None) -> str:
+    """The backend to use (mpi or torch), refusing combinations that cannot run."""
+    backend = args.backend or ("torch" if launcher == "torchrun" else "mpi")
+    if backend == "mpi":
+        if args.device == "cuda":
+            raise UsageError("--device cuda replays with --backend torch (device tensors); the MPI replay uses host "
+                             "buffers")
+        if args.torch_backend != "auto":
+            raise UsageError("--torch-backend applies to --backend torch")
+        if launcher == "torchrun":
+            raise UsageError("torchrun starts torch.distributed ranks: use --backend torch there")
+    elif args.torch_backend == "nccl" and args.device != "cuda":
+        raise UsageError("the nccl backend moves CUDA tensors: add --device cuda, or use --torch-backend gloo")
+    return backend
+
+
+def _issuer(args, backend: str, world, layout: Layout, schedule: list[Call]):
+    """This rank's issuer (collective: every rank builds its groups; an error on any rank ends every rank)."""
+    from microbench.cluster.agree import raise_if_any
+
+    issuer, error = None, None
+    try:
+        if backend == "mpi":
+            from microbench.replay.issue_mpi import MpiIssuer
+
+            issuer = MpiIssuer(world.MPI, world.MPI.COMM_WORLD, layout, world.rank, largest_bytes(schedule))
+        else:
+            from microbench.replay.issue_torch import TorchIssuer
+
+            issuer = TorchIssuer(world, layout, world.rank, largest_bytes(schedule), args.torch_backend, args.device)
+    except (UsageError, RunError) as exc:
+        error = exc
+    raise_if_any(world.reducer, error)
+    return issuer
+
+
 def _schedule(args, workload: Workload | None, world: int) -> tuple[list[Call], list[str], Layout]:
     if workload is not None:
         layout = Layout(workload.tp, workload.pp, workload.dp)
@@ -151,16 +195,22 @@ def main(args) -> int:
             raise UsageError(f"--np must be at least 1 (got {args.np})")
         _curves(args, _schedule(args, workload, args.np)[2])
         _check_out(args.out)
+        if _check_backend(args, None) == "torch":  # the same node as the ranks: refuse what they would refuse
+            from microbench.cluster import torch_runtime
+
+            torch_runtime.resolve_backend(args.torch_backend, args.device)
+            if args.device == "cuda" and not torch_runtime.import_torch()[0].cuda.is_available():
+                raise UsageError("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)")
         return launch.self_launch(args._argv, args.np)
+    backend = _check_backend(args, launch.discover().launcher)
     world = init_world()
-    require_mpi(world, "microbench replay")
+    if backend == "mpi":
+        require_mpi(world, "microbench replay")
     MPI = world.MPI
     schedule, notes, layout = _schedule(args, workload, world.nranks)
     curves = _curves(args, layout)
     records, run_id, hosts = _open_records(args, world)
-    from microbench.replay.issue_mpi import MpiIssuer
-
-    issuer = MpiIssuer(MPI, MPI.COMM_WORLD, layout, world.rank, largest_bytes(schedule))
+    issuer = _issuer(args, backend, world, layout, schedule)
     compute_s = 0.0
     kernel = None
     if args.tflops:
