@@ -7,7 +7,7 @@ much); the best-scoring split is placed among its neighbours (3 each side) where
 the points best (least absolute deviation); the first such split whose medians differ by at least
 ``min_step`` (relative) is kept when its p-value,
 multiplied by the number of splits tried in the segment (Bonferroni over the split points), is at most
-``alpha``; then both halves are searched again. The p-value is exact (``intervals`` gives Mann-Whitney's
+``alpha``; then both halves are searched again. The p-value is exact (``ranktest`` gives Mann-Whitney's
 null distribution) up to 10,000 pairs, normal with a tie correction above.
 
 What a step reports: the run where it starts (the first run after the split), the medians before and
@@ -18,14 +18,12 @@ step on that few runs is found only if it is the only candidate; with 5 and 5, p
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 
-from microbench.gate.intervals import EXACT_LIMIT, _u_cdf
+from microbench.gate.ranktest import mann_whitney_p
 
 _TRIES = 25  #: splits examined per segment, best scores first, for one that passes the minimum step
 
@@ -40,20 +38,6 @@ class Step:
     @property
     def ratio(self) -> float:
         return self.after / self.before
-
-
-def mann_whitney_p(u: float, m: int, n: int, ties: float = 0.0) -> float:
-    """Two-sided p-value of U (pairs where the second sample is larger, ties half) for samples of m and n."""
-    if m * n <= EXACT_LIMIT and ties == 0:
-        cdf = _u_cdf(m, n)
-        low = math.floor(min(u, m * n - u) + 1e-9)
-        return min(1.0, 2.0 * float(cdf[low]))
-    mean = m * n / 2
-    var = m * n / 12 * ((m + n + 1) - ties / ((m + n) * (m + n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u - mean) - 0.5) / math.sqrt(var)
-    return min(1.0, 2.0 * (1.0 - NormalDist().cdf(max(z, 0.0))))
 
 
 def detect(values: Sequence[float], min_step: float = 0.05, alpha: float = 0.05, min_segment: int = 3) -> list[Step]:
