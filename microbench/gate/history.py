@@ -4,7 +4,9 @@ Everything ``microbench history`` prints or draws comes from ``History``: the ru
 the columns (configurations at the sizes asked for), each run's value per column (the median should a
 run hold the configuration twice), and per column the steps ``steps.detect`` finds, each with the
 conditions that changed at the run where it starts (``conditions.changes`` against the run before it
-in that column).
+in that column). The columns are judged as one family: the chance of a false step in any of them is at
+most ``alpha`` (``steps``: each split's p-value times its column's split points times the columns judged);
+a column too short for any split to reach that level is listed in ``too_short`` with the runs it needs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from microbench.gate.conditions import changes
-from microbench.gate.steps import Step, detect
+from microbench.gate.steps import Step, can_reach, detect, runs_needed, split_points
 from microbench.results import keys
 from microbench.results.columns import RunInfo, Table, per_run_medians
 from microbench.results.keys import ConfigKey
@@ -46,6 +48,10 @@ class History:
     labels: list[str]
     values: dict[tuple[int, ConfigKey], float]  #: (run position, column) -> value
     steps: list[FoundStep] = field(default_factory=list)
+    alpha: float | None = None  #: the chance of any false step over the columns judged (None: not searched)
+    family: int = 0  #: columns long enough for a split: the p-values are adjusted for this many series
+    judged: list[int] = field(default_factory=list)  #: columns where a step can be found at all
+    too_short: dict[int, int] = field(default_factory=dict)  #: column -> runs it would need
 
     def points(self, column: int) -> list[int]:
         """Positions of the runs that have a value in ``column``, in time order."""
@@ -55,11 +61,20 @@ class History:
     def used_runs(self) -> list[int]:
         return [i for i in range(len(self.runs)) if any((i, k) in self.values for k in self.columns)]
 
-    def find_steps(self, min_step: float, alpha: float) -> None:
+    def find_steps(self, min_step: float, alpha: float, min_segment: int = 3) -> None:
+        """The steps of every column, with a false step anywhere among them at most ``alpha`` likely."""
         worse_up = not higher_is_better(self.metric)
-        for c, key in enumerate(self.columns):
+        self.alpha, self.steps, self.judged, self.too_short = alpha, [], [], {}
+        series = [[self.values[(i, key)] for i in self.points(c)] for c, key in enumerate(self.columns)]
+        family = self.family = sum(split_points(len(s), min_segment) > 0 for s in series)  # columns with a split
+        for c, values in enumerate(series):
+            logs = all(v > 0 for v in values)
+            if not can_reach(len(values), alpha, family, min_segment, logs):
+                self.too_short[c] = runs_needed(alpha, max(family, 1), min_segment, logs)
+                continue
+            self.judged.append(c)
             at = self.points(c)
-            for step in detect([self.values[(i, key)] for i in at], min_step, alpha):
+            for step in detect(values, min_step, alpha, min_segment, series=family):
                 run, previous = at[step.index], at[step.index - 1]
                 self.steps.append(FoundStep(c, step, run, previous,
                                             changes(self.runs[previous].meta, self.runs[run].meta),
