@@ -12,7 +12,7 @@ from fixtures.gate.synth import base_latency, pairs_result, private_index, resul
 
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
-from microbench.gate import intervals, ratiotest, tdist
+from microbench.gate import ranktest, ratiotest, tdist
 from microbench.gate.compare import IMPROVED, NOISE, OK, REGRESSION, UNCONFIRMED, compare, verdict
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.family import holm
@@ -32,15 +32,7 @@ def slower(factor):
     return lambda b, s: base_latency(b, s) * factor
 
 
-# ------------------------------------------------------------------------------ the interval itself
-@pytest.mark.parametrize("m,n,u_critical", [(5, 5, 2), (6, 6, 5), (8, 8, 13), (10, 10, 23), (4, 6, 2)])
-def test_critical_rank_matches_the_mann_whitney_table(m, n, u_critical):
-    # published two-sided 5 % critical values: reject when U <= u_critical
-    k, achieved = intervals.critical_rank(m, n, 0.95)
-    assert k == u_critical + 1
-    assert 0.95 <= achieved < 0.99
-
-
+# ------------------------------------------------------------------- the rank test's null distribution
 def test_exact_null_distribution_by_enumeration():
     """P(U <= u) from the recursion equals counting every split of 7 ranks into 3 new and 4 baseline."""
     m, n = 4, 3
@@ -48,28 +40,17 @@ def test_exact_null_distribution_by_enumeration():
     for new in combinations(range(m + n), n):
         base = [r for r in range(m + n) if r not in new]
         counts[sum(1 for y in new for x in base if y > x)] += 1
-    cdf = intervals._u_cdf(m, n)
+    cdf = ranktest.u_cdf(m, n)
     running = 0
     for u, c in enumerate(counts):
         running += c
         assert cdf[u] == pytest.approx(running / math.comb(m + n, n))
 
 
-def test_too_few_runs_give_no_interval():
-    assert intervals.min_runs(0.95) == 4
-    assert intervals.min_runs(0.95, other_side=1) == 39
-    assert intervals.min_runs(0.90) == 3
-    assert intervals.interval([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], 0.95) is None
-    iv = intervals.interval([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], 0.90)
-    assert iv is not None and iv.excludes_one() and iv.low == pytest.approx(1.9 / 1.1)
-
-
-def test_interval_of_a_pure_scale_change():
-    base = [10.0, 10.3, 9.8, 10.1, 9.9, 10.2]
-    iv = intervals.interval(base, [v * 1.3 for v in base], 0.95)
-    assert iv.low < 1.3 < iv.high and iv.low > 1
-    same = intervals.interval(base, list(reversed(base)), 0.95)
-    assert same.low < 1 < same.high
+def test_complete_separation_is_the_smallest_p():
+    assert ranktest.smallest_p(4, 4) == pytest.approx(2 / 70)
+    assert ranktest.mann_whitney_p(16, 4, 4) == pytest.approx(ranktest.smallest_p(4, 4))
+    assert ranktest.mann_whitney_p(0, 3, 5) == pytest.approx(ranktest.smallest_p(3, 5))
 
 
 @pytest.mark.parametrize("ratio,adjusted,higher_better,expected", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from fixtures.gate.synth import pairs_result, private_index, result, write_run
 
@@ -104,7 +105,9 @@ def test_one_wild_run_is_not_a_step():
 
 def test_two_steps_and_their_medians():
     series = [1.0] * 6 + [1.5] * 6 + [1.2] * 6
-    found = steps.detect([v * (1 + 0.01 * (i % 3)) for i, v in enumerate(series)])
+    # distinct values (ties would make the rank test's p normal, not exact): the second step is judged in a
+    # segment of 12 runs with the series' 13 split points as the multiplier (2/924 x 13 = 0.028)
+    found = steps.detect([v * (1 + 0.01 * (i % 3) + 0.001 * (i % 6)) for i, v in enumerate(series)])
     assert [s.index for s in found] == [6, 12]
     assert found[0].ratio == pytest.approx(1.5, rel=0.03) and found[1].ratio == pytest.approx(0.8, rel=0.03)
 
@@ -115,3 +118,29 @@ def test_bad_step_options_are_one_line_errors(tmp_path, capsys):
     assert "bad --min-step 'x'" in capsys.readouterr().err
     assert cli(folder, "--confidence", "1.5") == 2
     assert "--confidence must be from 0.5 up to 1" in capsys.readouterr().err
+
+
+def test_runs_needed_is_computed_from_the_tests():
+    # ranks alone: 9 runs reach at best 2/126 x 4 split points = 0.063; 10 runs 2/252 x 5 = 0.040
+    assert steps.runs_needed(0.05, logs=False) == 10 and not steps.can_reach(9, 0.05, logs=False)
+    assert steps.runs_needed(0.05, series=301, logs=False) > steps.runs_needed(0.05, series=4, logs=False) > 10
+    assert steps.runs_needed(0.05) == 6 and steps.runs_needed(0.05, series=301) == 6  # with t on log values
+    assert steps.detect([1.0, 1.0, 1.0, 3.0, 3.0]) == []
+
+
+def test_a_3x_step_in_8_runs_is_found_for_one_series_and_for_many():
+    values = [1.0, 1.06, 0.95, 1.02, 3.1, 2.9, 3.05, 2.95]
+    for series in (1, 300):
+        step, = steps.detect(values, series=series)
+        assert step.index == 4 and step.test == steps.T_LOG and step.p <= 0.05
+    # the rank test alone could not: complete separation of 4 and 4 is p = 2/70, x 3 split points = 0.086
+    assert 2 / 70 * 3 > 0.05
+
+
+def test_the_family_rate_holds_on_noise_only_series():
+    """100 series of 8 and 100 of 30 noise-only runs (10 %): judged as one family of 200, no false step;
+    judged one by one at 5 % each, the same series give four."""
+    rng = np.random.default_rng(4)
+    family = [np.exp(rng.normal(0, 0.1, n)) for n in [8] * 100 + [30] * 100]
+    assert [s for v in family for s in steps.detect(v, 0.0, 0.05, series=len(family))] == []
+    assert sum(len(steps.detect(v, 0.0, 0.05)) for v in family) == 4

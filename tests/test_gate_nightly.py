@@ -11,13 +11,14 @@ import json
 import sys
 
 import pytest
-from fixtures.gate.synth import private_index
+from fixtures.gate.synth import private_index, result, write_run
 
 from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
 from microbench.results import index as gate_index
 from microbench.results.load import load_table
 from microbench.results.scan import ScanNotes
+from microbench.units import format_size
 
 from conftest import REPO, microbench
 
@@ -40,6 +41,14 @@ def template(tmp_path_factory):
                       "--out", str(out), timeout=180)
     assert proc.returncode == 0, proc.output
     return out
+
+
+@pytest.fixture(scope="module")
+def suite_template(tmp_path_factory):
+    """A synthetic run of the whole suite's shape: 7 benchmarks at every size from 1 B to 1 MiB (147 series)."""
+    out = tmp_path_factory.mktemp("suite") / "run.jsonl"
+    benchmarks = ("allreduce", "latency", "broadcast", "allgather", "alltoall", "reduce", "bw")
+    return write_run(out, [result(b, 1 << k, 2.0 + (1 << k) * 1e-4) for b in benchmarks for k in range(21)])
 
 
 def nights(template, folder, count, **plan):
@@ -220,3 +229,49 @@ def test_compare_with_a_lookback_judges_against_the_days(template, tmp_path, cap
     out = capsys.readouterr().out
     geo = next(line for line in out.splitlines() if line.startswith("allreduce") and " .. " in line).split()
     assert float(geo[geo.index("..") - 2]) == pytest.approx(1.5, rel=0.08) and geo[-1] == "REGRESSION"
+
+
+# ------------------------------------------------------------------- false steps per call, and short series
+def test_a_noise_only_year_has_no_step_in_any_series(suite_template, tmp_path, capsys):
+    """365 nights of 147 series, 5 % night and 2 % record noise, no step: one call judges every series, and the
+    chance of a false step in that call is what it says. (Judged per series at 5 %, the last 30 nights of this
+    year gave 4 false steps: a night's spell moves every series at once.)"""
+    nights(suite_template, tmp_path / "year", 365, night_sigma=0.05, record_sigma=0.02, seed=1)
+    for extra in (["--lookback", "30"], []):
+        assert run_cli("history", tmp_path / "year", "-m", "1:1M", "--json", "--fail-on-step", *extra) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert len(doc["series"]) == 147 and [s for s in doc["series"] if s["steps"]] == []
+        assert doc["false_steps"]["chance_per_call_at_most"] == pytest.approx(0.05)
+        assert doc["false_steps"]["series_judged"] == 147
+        assert doc["false_steps"]["rule"].startswith("false-step chance per call <= 5 % over 147 series")
+    assert run_cli("history", tmp_path / "year", "-m", "1:1M", "--lookback", "30") == 0
+    out = capsys.readouterr().out
+    assert "# false-step chance per call <= 5 % over 147 series" in out and "\n  none\n" in out
+
+
+def test_a_week_with_a_3x_regression_is_a_step(suite_template, tmp_path, capsys):
+    """8 nights, the last 4 three times slower in allreduce: 4 runs against 4, which ranks cannot judge
+    (2/70 x 3 split points > 0.05 even for one series), are judged by t on the log values."""
+    nights(suite_template, tmp_path / "week", 8, night_sigma=0.05, record_sigma=0.02,
+           steps=[nightlies.Step(4, 3.0, ("allreduce",))])
+    assert run_cli("history", tmp_path / "week", "-m", "1:1M", "--json", "--fail-on-step") == 1
+    doc = json.loads(capsys.readouterr().out)
+    found = {s["label"]: s["steps"] for s in doc["series"]}
+    assert doc["false_steps"]["series_judged"] == 147
+    for k in range(21):
+        step, = found[f"allreduce {format_size(1 << k)}"]
+        assert step["ratio"] == pytest.approx(3.0, rel=0.15) and step["worse"] and step["test"] == "t on logs"
+        assert step["time_utc"].startswith("2026-01-05") and step["p"] <= 0.05
+    assert all(steps == [] for label, steps in found.items() if not label.startswith("allreduce"))
+
+
+def test_a_series_too_short_for_a_step_says_what_it_needs(suite_template, tmp_path, capsys):
+    nights(suite_template, tmp_path / "short", 5, steps=[nightlies.Step(3, 3.0, ("allreduce",))])
+    assert run_cli("history", tmp_path / "short", "-b", "allreduce", "-m", "8,64") == 0
+    out = capsys.readouterr().out
+    assert "  allreduce 8: too short: 5 run(s), needs 6 for a step to be found" in out
+    assert "  allreduce 64: too short: 5 run(s), needs 6" in out and "  none" not in out
+    assert "# false-step chance per call 0: no series has the runs for a step to be judged" in out
+    assert run_cli("history", tmp_path / "short", "-b", "allreduce", "-m", "8", "--json") == 0
+    series, = json.loads(capsys.readouterr().out)["series"]
+    assert series["too_short"] and series["runs"] == 5 and series["runs_needed"] == 6 and series["steps"] == []

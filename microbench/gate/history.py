@@ -4,7 +4,9 @@ Everything ``microbench history`` prints or draws comes from ``History``: the ru
 the columns (configurations at the sizes asked for), each run's value per column (the median should a
 run hold the configuration twice), and per column the steps ``steps.detect`` finds, each with the
 conditions that changed at the run where it starts (``conditions.changes`` against the run before it
-in that column).
+in that column). The columns are judged as one family: the chance of a false step in any of them is at
+most ``alpha`` (``steps``: each split's p-value times its column's split points times the columns judged);
+a column too short for any split to reach that level is listed in ``too_short`` with the runs it needs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from microbench.gate.conditions import changes
-from microbench.gate.steps import Step, detect
+from microbench.gate.steps import Step, can_reach, detect, runs_needed, split_points
 from microbench.results import keys
 from microbench.results.columns import RunInfo, Table, per_run_medians
 from microbench.results.keys import ConfigKey
@@ -79,6 +81,10 @@ class History:
     cell_value: np.ndarray  #: float64 value of each cell
     bounds: np.ndarray  #: column c's cells are [bounds[c], bounds[c + 1])
     steps: list[FoundStep] = field(default_factory=list)
+    alpha: float | None = None  #: the chance of any false step over the columns judged (None: not searched)
+    family: int = 0  #: columns long enough for a split: the p-values are adjusted for this many series
+    judged: list[int] = field(default_factory=list)  #: columns where a step can be found at all
+    too_short: dict[int, int] = field(default_factory=dict)  #: column -> runs it would need
 
     @cached_property
     def values(self) -> Cells:
@@ -99,12 +105,20 @@ class History:
         picked = [self.column(c)[0] for c in (range(len(self.columns)) if columns is None else columns)]
         return np.unique(np.concatenate(picked)).tolist() if picked else []
 
-    def find_steps(self, min_step: float, alpha: float) -> None:
+    def find_steps(self, min_step: float, alpha: float, min_segment: int = 3) -> None:
+        """The steps of every column, with a false step anywhere among them at most ``alpha`` likely."""
         worse_up = not higher_is_better(self.metric)
-        for c in range(len(self.columns)):
-            runs, values = self.column(c)
+        self.alpha, self.steps, self.judged, self.too_short = alpha, [], [], {}
+        series = [self.column(c) for c in range(len(self.columns))]
+        family = self.family = sum(split_points(len(v), min_segment) > 0 for _, v in series)  # columns with a split
+        for c, (runs, values) in enumerate(series):
+            logs = bool(np.all(values > 0))
+            if not can_reach(len(values), alpha, family, min_segment, logs):
+                self.too_short[c] = runs_needed(alpha, max(family, 1), min_segment, logs)
+                continue
+            self.judged.append(c)
             at = runs.tolist()
-            for step in detect(values, min_step, alpha):
+            for step in detect(values, min_step, alpha, min_segment, series=family):
                 run, previous = at[step.index], at[step.index - 1]
                 self.steps.append(FoundStep(c, step, run, previous,
                                             changes(self.runs[previous].meta, self.runs[run].meta),

@@ -5,8 +5,10 @@ latency (--stat, --metric to change). Runs are ordered by the start time in thei
 library column (and dotted lines in the figure) show where the library changed. In each column the
 steps (``steps.detect``: a level that shifts at one run and stays) are listed with the run where they
 start, the medians before and after, and what the runs recorded as changed at that run (MPI, package
-versions, hosts, transport environment); --fail-on-step exits 1 on a step for the worse that no
-recorded change explains. The figure draws a rolling median and band over the points and marks steps.
+versions, hosts, transport environment); the chance of any false step in the call, over all its series,
+is at most 1 - --confidence, and is stated; a series too short for a step to be found says how many runs
+it needs; --fail-on-step exits 1 on a step for the worse that no recorded change explains. The
+figure draws a rolling median and band over the points and marks steps.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-step", type=lambda text: parse_threshold(text, "--min-step"), default=0.05, metavar="PCT",
                    help="smallest step reported: medians this far apart (default 5%%)")
     p.add_argument("--confidence", type=float, default=0.95, metavar="C",
-                   help="a step is kept when its p-value (corrected for the split points tried) is at most "
-                        "1 - C (default 0.95)")
+                   help="the chance of any false step in the call, over all the series it judges, is at most "
+                        "1 - C (default 0.95): a step is kept when its p-value x its series' split points x the "
+                        "series judged is at most 1 - C")
     p.add_argument("--fail-on-step", action="store_true",
                    help="exit 1 when a step for the worse starts at a run where no recorded condition changed")
     select.add_arguments(p)
@@ -91,24 +94,38 @@ def step_dict(hist: history.History, found: history.FoundStep) -> dict:
     run = hist.runs[found.run]
     return {"run_id": run.run_id, "time_utc": _time(run), "previous_run_id": hist.runs[found.previous].run_id,
             "median_before": found.step.before, "median_after": found.step.after, "ratio": found.step.ratio,
-            "p": found.step.p, "worse": found.worse, "changed": found.changed, "explained": found.explained}
+            "p": found.step.p, "test": found.step.test, "worse": found.worse, "changed": found.changed,
+            "explained": found.explained}
 
 
 def as_json(hist: history.History, args, code: int) -> dict:
     return {"metric": hist.metric, "stat": hist.stat, "unit": UNITS[hist.metric], "how": explain(hist.metric, hist.stat),
             "steps_method": STEPS_METHOD, "min_step": args.min_step, "confidence": args.confidence,
+            "false_steps": {"chance_per_call_at_most": round(hist.alpha, 12), "series_judged": hist.family,
+                            "rule": rate_rule(hist)},
             "exit_status": code,
             "series": [{"label": lab, "config": key.as_dict(),
                         "points": [{"time_utc": hist.runs[i].meta.get("time_utc"), "run_id": hist.runs[i].run_id,
                                     "mpi": mpi_library(hist.runs[i]), "value": hist.values[(i, key)]}
                                    for i in hist.points(c)],
+                        "runs": len(hist.points(c)), "too_short": c in hist.too_short,
+                        "runs_needed": hist.too_short.get(c),
                         "steps": [step_dict(hist, f) for f in hist.steps if f.column == c]}
                        for c, (key, lab) in enumerate(zip(hist.columns, hist.labels))]}
 
 
-STEPS_METHOD = ("binary segmentation; each split scored by the Mann-Whitney rank test of the later runs against "
-                "the earlier ones, kept when the medians differ by at least min_step and p x splits tried <= "
-                "1 - confidence (per series)")
+STEPS_METHOD = ("binary segmentation; each split judged by the Mann-Whitney rank test of the later runs against "
+                "the earlier ones, or by Student's t on the log values where ranks cannot reach the level, kept "
+                "when the medians differ by at least min_step and p x the series' split points x the series "
+                "judged <= 1 - confidence")
+
+
+def rate_rule(hist: history.History) -> str:
+    """The error rule the call kept, in one line: the chance of any false step over all its series."""
+    if not hist.family:
+        return "false-step chance per call 0: no series has the runs for a step to be judged"
+    return (f"false-step chance per call <= {hist.alpha * 100:g} % over {hist.family} series "
+            f"(Bonferroni: each series {hist.alpha * 100:g} %/{hist.family}, shared by its split points)")
 
 
 def report_lines(hist: history.History) -> list[str]:
@@ -137,7 +154,7 @@ def report_lines(hist: history.History) -> list[str]:
 
 def step_lines(hist: history.History, args, code: int) -> list[str]:
     """One line per step (``^`` in the table marks where it starts), then the verdict."""
-    lines = [f"# steps ({STEPS_METHOD}; min step {args.min_step * 100:g} %):"]
+    lines = [f"# steps ({STEPS_METHOD}; min step {args.min_step * 100:g} %):", f"# {rate_rule(hist)}"]
     for found in hist.steps:
         step = found.step
         what = "worse" if found.worse else "better"
@@ -145,9 +162,12 @@ def step_lines(hist: history.History, args, code: int) -> list[str]:
             else "no recorded condition changed"
         lines.append(f"  {hist.labels[found.column]}: step at run {run_label(hist.runs[found.run])} "
                      f"({_time(hist.runs[found.run])}): {num(step.before)} -> {num(step.after)} "
-                     f"{UNITS[hist.metric]}, x{step.ratio:.3f} ({what}, p {step.p:.2g}); changed: {why}")
-    if not hist.steps:
-        lines.append("  none")
+                     f"{UNITS[hist.metric]}, x{step.ratio:.3f} ({what}, {step.test}, p {step.p:.2g}); changed: {why}")
+    for c, needs in hist.too_short.items():
+        lines.append(f"  {hist.labels[c]}: too short: {len(hist.points(c))} run(s), needs {needs} for a step "
+                     f"to be found")
+    if not hist.steps and hist.judged:
+        lines.append("  none" if not hist.too_short else f"  none in the other {len(hist.judged)} series")
     unexplained = sum(f.worse and not f.explained for f in hist.steps)
     lines.append(f"# {len(hist.steps)} step(s), {unexplained} for the worse with no recorded change"
                  + (" -> FAIL (--fail-on-step)" if code else ""))

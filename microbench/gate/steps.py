@@ -1,33 +1,49 @@
 """Change points in a series of runs: where a level shifts and stays, found with few noisy points.
 
-Each run is one point (its value of a configuration, in start-time order). Binary segmentation with a
-rank test: in a segment, every split leaving at least ``min_segment`` runs on each side is scored by the
-Mann-Whitney count U of the later part against the earlier one (ranks, so one wild run moves nothing
-much); the best-scoring split is placed among its neighbours (3 each side) where the two medians fit
-the points best (least absolute deviation); the first such split whose medians differ by at least
-``min_step`` (relative) is kept when its p-value,
-multiplied by the number of splits tried in the segment (Bonferroni over the split points), is at most
-``alpha``; then both halves are searched again. The p-value is exact (``intervals`` gives Mann-Whitney's
-null distribution) up to 10,000 pairs, normal with a tie correction above.
+Each run is one point (its value of a configuration, in start-time order). Binary segmentation: in a
+segment, every split leaving at least ``min_segment`` runs on each side is tested, the later runs against
+the earlier ones; the most significant split is placed among its neighbours (3 each side) where the two
+medians fit the points best (least absolute deviation); the first such split whose medians differ by at
+least ``min_step`` (relative) is kept when its p-value, multiplied by the number of split points of the
+whole series and by the number of series judged in the same call (``series``), is at most ``alpha``; then
+both halves are searched again.
+
+Why that multiplier: under no step, a series' first segment is all of it, and its split points are the
+series' split points, so Bonferroni over them and over the series bounds the chance of a false step
+anywhere in the call by ``alpha`` (``family``). Once a real step is found, the segments searched next are
+disjoint and their split points are among the series', so the same multiplier still covers every split
+tested where there is no step: the bound holds with real steps present too.
+
+Which test judges a split: the Mann-Whitney rank test (``ranktest``: one wild run moves nothing much; the
+p-value exact up to 10,000 pairs, normal with a tie correction above) wherever it can reach the level at
+all, that is wherever complete separation of the split's two sides (``ranktest.smallest_p``) would pass;
+elsewhere Student's t on the log values (pooled variance: under no step both sides have the same
+spread), which can reach any level once the noise is small enough. The choice depends on the two sides'
+run counts and the level only, never on the values. Ranks alone cannot judge 4 runs against 4 even for
+one series (2/70 x 3 split points = 0.086 > 0.05): eight nightlies whose last four are 3x slower would
+read "no step"; with the t test they are found nine times in ten up to a log standard deviation of the
+noise of about 0.2 (one series judged) or 0.1 (301 series) (docs/regressions.md).
 
 What a step reports: the run where it starts (the first run after the split), the medians before and
-after (each up to the neighbouring step), their ratio, and the p-value. Works from 2 x ``min_segment``
-points (6 by default): 3 and 3 runs separated completely give p = 0.1 before the split correction, so a
-step on that few runs is found only if it is the only candidate; with 5 and 5, p = 0.008.
+after (each up to the neighbouring step), their ratio, the adjusted p-value and the test that judged it.
+A series needs 2 x ``min_segment`` runs (6 by default) for any split (``runs_needed``); with values that
+are not all positive (no logs) only ranks judge, and the runs needed grow with the series judged.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 
-from microbench.gate.intervals import EXACT_LIMIT, _u_cdf
+from microbench.gate import tdist
+from microbench.gate.family import bonferroni
+from microbench.gate.ranktest import mann_whitney_p, smallest_p
 
-_TRIES = 25  #: splits examined per segment, best scores first, for one that passes the minimum step
+_TRIES = 25  #: splits examined per segment, most significant first, for one that passes the minimum step
+RANK, T_LOG = "rank", "t on logs"  #: the tests that judge a split
 
 
 @dataclass(frozen=True)
@@ -35,55 +51,74 @@ class Step:
     index: int  #: position of the first run at the new level
     before: float  #: median of the runs since the previous step (or the start)
     after: float  #: median of the runs up to the next step (or the end)
-    p: float  #: the split's p-value times the splits tried in its segment (capped at 1)
+    p: float  #: the split's p-value x the series' split points x the series judged (capped at 1)
+    test: str = RANK  #: RANK or T_LOG
 
     @property
     def ratio(self) -> float:
         return self.after / self.before
 
 
-def mann_whitney_p(u: float, m: int, n: int, ties: float = 0.0) -> float:
-    """Two-sided p-value of U (pairs where the second sample is larger, ties half) for samples of m and n."""
-    if m * n <= EXACT_LIMIT and ties == 0:
-        cdf = _u_cdf(m, n)
-        low = math.floor(min(u, m * n - u) + 1e-9)
-        return min(1.0, 2.0 * float(cdf[low]))
-    mean = m * n / 2
-    var = m * n / 12 * ((m + n + 1) - ties / ((m + n) * (m + n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u - mean) - 0.5) / math.sqrt(var)
-    return min(1.0, 2.0 * (1.0 - NormalDist().cdf(max(z, 0.0))))
+def split_points(runs: int, min_segment: int = 3) -> int:
+    """Splits of a series of ``runs`` that leave ``min_segment`` runs on each side."""
+    return max(0, runs - 2 * min_segment + 1)
 
 
-def detect(values: Sequence[float], min_step: float = 0.05, alpha: float = 0.05, min_segment: int = 3) -> list[Step]:
-    """The steps of a series, in order; ``min_step`` is relative (0.05 = medians 5 % apart)."""
+def can_reach(runs: int, alpha: float, series: int = 1, min_segment: int = 3, logs: bool = True) -> bool:
+    """Whether some split of a series of ``runs`` can be significant at all (one of ``series``)."""
+    splits = split_points(runs, min_segment)
+    if splits == 0:
+        return False
+    if logs:
+        return True  # the t test reaches any level when the noise is small enough
+    limit = alpha / (splits * series)
+    return any(smallest_p(k, runs - k) <= limit for k in range(min_segment, runs - min_segment + 1))
+
+
+def runs_needed(alpha: float, series: int = 1, min_segment: int = 3, logs: bool = True) -> int:
+    """Fewest runs a series needs for a step to be found at all (values all positive: ``logs``)."""
+    runs = 2 * min_segment
+    while not can_reach(runs, alpha, series, min_segment, logs):
+        runs += 1
+    return runs
+
+
+def detect(values: Sequence[float], min_step: float = 0.05, alpha: float = 0.05, min_segment: int = 3,
+           series: int = 1) -> list[Step]:
+    """The steps of a series, in order; ``min_step`` is relative (0.05 = medians 5 % apart); ``alpha``
+    bounds the chance of a false step in this series and the ``series`` - 1 others judged with it."""
     data = np.asarray(values, dtype=float)
-    cuts: list[tuple[int, float]] = []
-    _search(data, 0, len(data), min_step, alpha, min_segment, cuts)
+    tests = split_points(len(data), min_segment) * series
+    cuts: list[tuple[int, float, str]] = []
+    if tests:
+        _search(data, 0, len(data), min_step, alpha, min_segment, tests, cuts)
     cuts.sort()
-    bounds = [0, *[c for c, _ in cuts], len(data)]
-    return [Step(c, _median(data[bounds[i]:c]), _median(data[c:bounds[i + 2]]), p)
-            for i, (c, p) in enumerate(cuts)]
+    bounds = [0, *[c for c, _, _ in cuts], len(data)]
+    return [Step(c, _median(data[bounds[i]:c]), _median(data[c:bounds[i + 2]]), p, test)
+            for i, (c, p, test) in enumerate(cuts)]
 
 
-def _search(data: np.ndarray, lo: int, hi: int, min_step: float, alpha: float, min_segment: int,
-            cuts: list[tuple[int, float]]) -> None:
-    found = best_split(data[lo:hi], min_step, alpha, min_segment)
+def _search(data: np.ndarray, lo: int, hi: int, min_step: float, alpha: float, min_segment: int, tests: int,
+            cuts: list[tuple[int, float, str]]) -> None:
+    found = best_split(data[lo:hi], min_step, alpha, min_segment, tests)
     if found is None:
         return
-    split, p = found
-    cuts.append((lo + split, p))
-    _search(data, lo, lo + split, min_step, alpha, min_segment, cuts)
-    _search(data, lo + split, hi, min_step, alpha, min_segment, cuts)
+    split, p, test = found
+    cuts.append((lo + split, p, test))
+    _search(data, lo, lo + split, min_step, alpha, min_segment, tests, cuts)
+    _search(data, lo + split, hi, min_step, alpha, min_segment, tests, cuts)
 
 
-def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int) -> tuple[int, float] | None:
-    """(split, corrected p) of the most significant split of ``seg`` that passes the minimum step."""
+def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int,
+               tests: int = 0) -> tuple[int, float, str] | None:
+    """(split, adjusted p, test) of the most significant split of ``seg`` that passes the minimum step;
+    ``tests``: the multiplier of every p-value (0: the splits of ``seg``, as for a series judged alone)."""
     n = len(seg)
     candidates = np.arange(min_segment, n - min_segment + 1)
     if len(candidates) == 0:
         return None
+    tests = tests or len(candidates)
+    limit = alpha / tests  # the level of one split
     order = np.argsort(seg, kind="stable")
     ranks = np.empty(n)
     ranks[order] = np.arange(1, n + 1)
@@ -95,16 +130,39 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int)
     u = rank_sum_later - later * (later + 1) / 2  # pairs (earlier, later) with the later run larger
     mean, sd = candidates * later / 2, np.sqrt(candidates * later * (n + 1) / 12)
     score = np.abs(u - mean) / sd
+    approx = np.array([math.erfc(z / math.sqrt(2)) for z in score])  # normal p, for the order only
+    use_t = np.zeros(len(candidates), dtype=bool)
+    if np.all(seg > 0):
+        use_t = np.array([smallest_p(int(k), n - int(k)) > limit for k in candidates])
+        logs = np.log(seg)
+        for i in np.flatnonzero(use_t):
+            approx[i] = _t_log_p(logs, int(candidates[i]))
     halves = _Halves(seg)
-    for i in np.argsort(-score, kind="stable")[:_TRIES]:
+    for i in np.lexsort((-score, approx))[:_TRIES]:
         i = _place(halves, candidates, int(i))
         split = int(candidates[i])
         before, after, _ = halves(split)
         if before <= 0 or abs(after / before - 1) < min_step:
             continue
-        p = min(1.0, mann_whitney_p(float(u[i]), split, n - split, ties) * len(candidates))
-        return (split, p) if p <= alpha else None
+        if use_t[i]:
+            p, test = _t_log_p(np.log(seg), split), T_LOG
+        else:
+            p, test = mann_whitney_p(float(u[i]), split, n - split, ties), RANK
+        p = bonferroni(p, tests)
+        return (split, p, test) if p <= alpha else None
     return None
+
+
+def _t_log_p(logs: np.ndarray, split: int) -> float:
+    """Two-sided p of Student's t (pooled variance) for the log values after ``split`` against those before."""
+    left, right = logs[:split], logs[split:]
+    df = len(logs) - 2
+    pooled = (float(np.sum((left - left.mean()) ** 2)) + float(np.sum((right - right.mean()) ** 2))) / df
+    diff = float(right.mean() - left.mean())
+    scale = math.sqrt(pooled * (1 / len(left) + 1 / len(right)))
+    if scale <= 1e-12 * max(1.0, float(np.abs(logs).max())):
+        return 0.0 if abs(diff) > 1e-12 else 1.0  # two flat levels: certain, or no difference at all
+    return tdist.two_sided_p(diff / scale, df)
 
 
 class _Halves:

@@ -29,7 +29,8 @@ from microbench.units import format_size
 
 MAX_TICKS = 10
 MAX_POINTS = 50  #: points per history line, at most; more runs are binned
-MIN_STEP, ALPHA = 0.05, 0.05  #: microbench history's defaults (--min-step 5 %, --confidence 0.95)
+MIN_STEP, ALPHA = 0.05, 0.05  #: microbench history's defaults (--min-step 5 %, --confidence 0.95): a false step
+#: in one benchmark's chart (all its configurations, one family) at most 5 % likely
 
 
 def _when(run) -> str:
