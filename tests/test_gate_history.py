@@ -144,3 +144,18 @@ def test_the_family_rate_holds_on_noise_only_series():
     family = [np.exp(rng.normal(0, 0.1, n)) for n in [8] * 100 + [30] * 100]
     assert [s for v in family for s in steps.detect(v, 0.0, 0.05, series=len(family))] == []
     assert sum(len(steps.detect(v, 0.0, 0.05)) for v in family) == 4
+
+
+def test_a_ten_year_series_is_judged_without_overflow():
+    """3,650 nightlies: the exact count of orderings (thousands of digits) must not reach a float division."""
+    import numpy as np
+
+    from microbench.gate.ranktest import smallest_p
+    from microbench.gate.steps import detect
+
+    assert smallest_p(1825, 1825) == 0.0 and smallest_p(4, 4) == 2 / 70
+    rng = np.random.default_rng(1)
+    values = np.exp(rng.normal(0.0, 0.05, 3650))
+    values[3000:] *= 2
+    steps = detect(values, series=300)
+    assert [s.index for s in steps] == [3000]

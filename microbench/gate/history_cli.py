@@ -137,15 +137,24 @@ def report_lines(hist: history.History) -> list[str]:
         lines.append(f"# common options: {common}; ranks "
                      f"{'/'.join(sorted({str(k.get('ranks')) for k in hist.columns}))}")
     starts = {(f.run, f.column) for f in hist.steps}
+    # each column's cells as text in the order of ``used``: one pass over its arrays, not a lookup per cell
+    where = {i: row for row, i in enumerate(used)}
+    blank = num(None)
+    columns = []
+    for c in range(len(hist.columns)):
+        runs, values = hist.column(c)
+        text = [blank] * len(used)
+        for i, v in zip(runs.tolist(), values.tolist()):
+            text[where[i]] = num(v) + ("^" if (i, c) in starts else "")
+        columns.append(text)
     rows, previous = [], None
-    for i in used:
+    for row, i in enumerate(used):
         run = hist.runs[i]
         lib = mpi_library(run)
         marker = "*" if previous is not None and lib != previous else ""
         previous = lib
-        rows.append([_time(run), run_label(run), marker + lib,
-                     *[num(hist.values.get((i, k))) + ("^" if (i, c) in starts else "")
-                       for c, k in enumerate(hist.columns)]])
+        rows.append([_time(run), run_label(run), marker + lib, *[col[row] for col in columns]])
+    del columns
     lines += render(["time (UTC)", "run", "MPI", *hist.labels], rows, left=[0, 1, 2])
     if any(r[2].startswith("*") for r in rows):
         lines.append("# *: the MPI library changed from the run before")

@@ -57,4 +57,5 @@ def mann_whitney_p(u: float, m: int, n: int, ties: float = 0.0) -> float:
 
 def smallest_p(m: int, n: int) -> float:
     """The smallest two-sided p-value any m and n distinct values can give (complete separation)."""
-    return min(1.0, 2.0 / math.comb(m + n, m))
+    orderings = math.comb(m + n, m)
+    return min(1.0, 2.0 / orderings) if orderings < 1e300 else 0.0  # beyond a float: as good as 0

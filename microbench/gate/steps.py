@@ -130,15 +130,21 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int,
     u = rank_sum_later - later * (later + 1) / 2  # pairs (earlier, later) with the later run larger
     mean, sd = candidates * later / 2, np.sqrt(candidates * later * (n + 1) / 12)
     score = np.abs(u - mean) / sd
-    approx = np.array([math.erfc(z / math.sqrt(2)) for z in score])  # normal p, for the order only
     use_t = np.zeros(len(candidates), dtype=bool)
-    if np.all(seg > 0):
+    # the splits nearest the ends have the fewest orderings: when even they can reach the level, all can
+    # (this keeps the exact binomials of long series, thousands of digits each, out of the search)
+    if np.all(seg > 0) and smallest_p(min_segment, n - min_segment) > limit:
         use_t = np.array([smallest_p(int(k), n - int(k)) > limit for k in candidates])
+    if use_t.any():
+        approx = np.array([math.erfc(z / math.sqrt(2)) for z in score])  # normal p, for the order only
         logs = np.log(seg)
         for i in np.flatnonzero(use_t):
             approx[i] = _t_log_p(logs, int(candidates[i]))
+        ranked = np.lexsort((-score, approx))
+    else:  # the normal p falls as the score rises: the same order
+        ranked = np.argsort(-score, kind="stable")
     halves = _Halves(seg)
-    for i in np.lexsort((-score, approx))[:_TRIES]:
+    for i in ranked[:_TRIES]:
         i = _place(halves, candidates, int(i))
         split = int(candidates[i])
         before, after, _ = halves(split)
