@@ -15,7 +15,8 @@ a large difference to. Settings:
 Every scheme and setting runs ``--rounds`` times in a shuffled order; a figure is the median over rounds.
 
     python scripts/bench_replay.py [--rounds 3] [--settings local,emulated] [--throttle 200]
-                                   [--json out.json] [--figure docs/figures/replay-prediction.png]
+                                   [--json out.json] [--figure plots/replay-prediction.png]
+    python scripts/bench_replay.py --replot out.json --figure plots/replay-prediction.png   # table and figure again
 """
 
 from __future__ import annotations
@@ -157,7 +158,16 @@ def main() -> int:
     ap.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated (default all)")
     ap.add_argument("--json", type=Path, help="also write every summary here")
     ap.add_argument("--figure", type=Path, help="a bar chart of the ratios")
+    ap.add_argument("--replot", type=Path, metavar="OUT.json", help="the table and figure of an earlier --json, "
+                    "measuring nothing")
     args = ap.parse_args()
+    if args.replot:
+        saved = json.loads(args.replot.read_text())["results"]
+        results = {tuple(k.split("/")): {f: v for f, v in r.items() if f != "summaries"} for k, r in saved.items()}
+        print(table(results))
+        if args.figure:
+            figure(results, args.figure)
+        return 0
     settings = args.settings.split(",")
     if "emulated-throttled" in settings and not args.throttle:
         ap.error("the emulated-throttled setting needs --throttle MBIT")
