@@ -60,3 +60,16 @@ def test_no_matching_replay_fails_closed(tmp_path, replays):
 def test_a_bad_replay_rule_is_one_error(text, message):
     with pytest.raises(UsageError, match=message):
         parse_spec(__import__("tomllib").loads(text))
+
+
+def test_a_replay_record_of_unexpected_shape_fails_its_bound_without_a_traceback(tmp_path):
+    odd = tmp_path / "foreign-odd.jsonl"  # not schema-valid on purpose
+    odd.write_text("\n".join(json.dumps(r) for r in [
+        {"type": "replay", "run_id": "a", "workload": "ddp", "comparison": "none", "exposed_share": "x", "compute": {}},
+        {"type": "replay", "run_id": "b\u001b[31m", "workload": {"scheme": "ddp"}, "comparison": [1, {"what": "total",
+         "ratio": None}], "compute": None},
+    ]) + "\n")
+    result = _check(tmp_path, odd, '[[replay]]\nmax_prediction_error = 1\nmax_exposed_share = 1\n')
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "no prediction of the whole iteration" in result.stdout and "no exposed share" in result.stdout
+    assert "\u001b" not in result.stdout

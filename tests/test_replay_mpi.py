@@ -66,3 +66,11 @@ def test_a_trace_and_a_model_together_are_one_error_line():
     result = microbench("replay", "--np", "2", "--trace", "x.log", *MODEL)
     assert result.returncode != 0 and "give a model or --trace, not both" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_one_layer_of_a_13b_model_replays_on_four_ranks_and_says_so():
+    out = _replay(microbench("replay", "--np", "4", "--model", "13B", "--layers", "1", "--seq", "128",
+                             "--scheme", "tp", "--tp", "2", "--dp", "2", "--warmup", "1", "--iterations", "1",
+                             "--json", timeout=300))
+    assert out["workload"]["layers_replayed"] == 1 and out["workload"]["model_layers"] == 40
+    assert "13B" in out["workload"]["model"] and out["bytes_per_iteration"] > 500e6

@@ -17,9 +17,11 @@ without ``--tflops``) fails that bound and says why.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from microbench.errors import printable
 from microbench.records.files import find_jsonl, read_capped
 
 KEYS = ("name", "scheme", "backend", "max_exposed_share", "max_prediction_error")
@@ -39,7 +41,8 @@ class ReplayRule:
         return self.name or f"replay of {what}" + (f" on {self.backend}" if self.backend else "")
 
     def matches(self, record: dict) -> bool:
-        scheme = (record.get("workload") or {}).get("scheme", "trace")
+        workload = record.get("workload")
+        scheme = workload.get("scheme", "trace") if isinstance(workload, dict) else "trace"
         return (not self.schemes or scheme in self.schemes) and (self.backend is None or
                                                                    record.get("backend") == self.backend)
 
@@ -118,11 +121,21 @@ def _value(bound: str, record: dict) -> tuple[float | None, str]:
     if bound == "max_exposed_share":
         if record.get("compute") is None:
             return None, "no compute in this replay (run it with --tflops): the exposed share is not measured"
-        return record.get("exposed_share"), "exposed communication / iteration"
-    total = next((r for r in record.get("comparison", []) if r.get("what") == "total"), None)
-    if total is None or total.get("ratio") is None:
+        share = record.get("exposed_share")
+        if not _finite(share):
+            return None, "no exposed share in this record"
+        return share, "exposed communication / iteration"
+    rows = record.get("comparison")
+    total = next((r for r in rows if isinstance(r, dict) and r.get("what") == "total"), None) \
+        if isinstance(rows, list) else None
+    ratio = total.get("ratio") if total else None
+    if not _finite(ratio):
         return None, "no prediction of the whole iteration in this record"
-    return abs(total["ratio"] - 1), f"|replayed / predicted - 1| (ratio {total['ratio']:.3f})"
+    return abs(ratio - 1), f"|replayed / predicted - 1| (ratio {ratio:.3f})"
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def judge(rule: ReplayRule, records: list[dict]) -> ReplayOutcome:
@@ -136,6 +149,6 @@ def judge(rule: ReplayRule, records: list[dict]) -> ReplayOutcome:
             value, what = _value(bound, record)
             passed = value is not None and value <= limit
             detail = (f"{what} = {value:.3f}, limit {limit:g}" if value is not None else what)
-            outcome.rows.append({"run_id": record.get("run_id"), "what": bound, "value": value, "limit": limit,
+            outcome.rows.append({"run_id": printable(str(record.get("run_id"))), "what": bound, "value": value, "limit": limit,
                                  "passed": passed, "detail": detail})
     return outcome

@@ -45,7 +45,7 @@ from microbench.records import SCHEMA_VERSION
 
 #: the entry layout (7: option fields typed as the schema declares, so a file refused now may have an entry of an
 #: earlier format); entries of another layout, schema or set of key fields are never read
-FORMAT = 7
+FORMAT = 8  #: 8: microbench's own unread record types (samples, bisect, replay, ...) no longer counted foreign
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers
