@@ -59,3 +59,24 @@ def test_cross_check_needs_an_omb_build(tmp_path):
     proc = run_process([sys.executable, str(REPO / "scripts" / "cross_check_omb.py"), "--omb-dir", str(tmp_path)])
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"no OMB program with a microbench counterpart under {tmp_path}"
+
+
+def test_bench_replay_measures_one_scheme_locally_and_replots_it(tmp_path):
+    """scripts/bench_replay.py end to end on the cheapest setting: one local launch of one scheme, its table
+    and JSON, and the table and figure drawn again from that JSON."""
+    import json
+    import subprocess
+    import sys
+
+    script = REPO / "scripts" / "bench_replay.py"
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(script), "--rounds", "1", "--settings", "local", "--schemes", "ddp",
+                           "--iterations", "2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    row = [line for line in proc.stdout.splitlines() if line.startswith("| local | ddp |")]
+    assert len(row) == 1
+    saved = json.loads(out.read_text())["results"]["local/ddp"]
+    assert saved["rounds"] == 1 and saved["predicted_ms"] > 0 and saved["ratio"] > 0
+    again = subprocess.run([sys.executable, str(script), "--replot", str(out), "--figure", str(tmp_path / "f.png")],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout == proc.stdout and (tmp_path / "f.png").stat().st_size > 0
