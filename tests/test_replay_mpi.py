@@ -74,3 +74,10 @@ def test_one_layer_of_a_13b_model_replays_on_four_ranks_and_says_so():
                              "--json", timeout=300))
     assert out["workload"]["layers_replayed"] == 1 and out["workload"]["model_layers"] == 40
     assert "13B" in out["workload"]["model"] and out["bytes_per_iteration"] > 500e6
+
+
+@pytest.mark.parametrize("scheme", ["ddp", "zero3"])
+def test_two_ranks_replay_the_data_parallel_schemes(scheme):
+    out = _replay(microbench("replay", "--np", "2", *MODEL, "--scheme", scheme, "--dp", "2", *FAST))
+    assert out["calls_per_iteration"] == len(calls(Workload(TINY, scheme, dp=2)))
+    assert set(out["per_group_s"]) == {"dp"} and out["per_group_s"]["dp"] > 0

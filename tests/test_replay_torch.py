@@ -69,3 +69,12 @@ def test_cuda_without_a_gpu_is_one_error_line_before_any_rank_starts():
 def test_backend_combinations_that_cannot_run_are_one_error_line(flags, message):
     result = microbench("replay", "--np", "2", *flags, *MODEL, "--scheme", "ddp", "--dp", "2")
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("scheme", ["ddp", "zero3"])
+def test_two_gloo_ranks_replay_the_data_parallel_schemes(scheme):
+    out = _summary(microbench("replay", "--np", "2", "--backend", "torch", *MODEL, "--scheme", scheme, "--dp", "2",
+                              *FAST))
+    assert out["backend"] == "torch-gloo"
+    assert out["calls_per_iteration"] == len(calls(Workload(TINY, scheme, dp=2)))
+    assert set(out["per_group_s"]) == {"dp"} and out["per_group_s"]["dp"] > 0
