@@ -54,6 +54,7 @@ class RunOptions:
     buffer: str = "numpy"  #: numpy | cupy | torch: what holds the buffers the transport moves
     stage_host: bool = False  #: MPI without CUDA support: copy device buffers through the host (timed)
     cuda_graph: bool = False
+    nccl_connect: str = "runtime"  #: runtime (NCCL's default) | eager (NCCL_RUNTIME_CONNECT=0 before the communicator)
     gpus_per_node: int | None = None
     reduce_scatter_call: str = "block"  #: MPI: block (MPI_Reduce_scatter_block) or vector (MPI_Reduce_scatter)
     compute_ratio: float | None = None  #: non-blocking: compute R x t_pure (default 1 when --compute-us is not given)
@@ -99,7 +100,8 @@ class RunOptions:
                    pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
-                   gpus_per_node=args.gpus_per_node, reduce_scatter_call=args.reduce_scatter_call,
+                   nccl_connect=getattr(args, "nccl_connect", "runtime"), gpus_per_node=args.gpus_per_node,
+                   reduce_scatter_call=args.reduce_scatter_call,
                    **_diagnostic_options(args, BISECT in named), **_overlap_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
@@ -261,6 +263,10 @@ def _resolve_buffer(args) -> str:
     if args.cuda_graph and args.time_budget is not None:
         raise UsageError("--time-budget sizes the timed iterations from the eager warmup, whose launch costs are not "
                          "what a graph replay pays: give --cuda-graph a count with -i instead")
+    nccl = args.backend == "torch" and (args.torch_backend == "nccl" or (args.torch_backend == "auto"
+                                                                        and args.device == "cuda"))
+    if getattr(args, "nccl_connect", "runtime") != "runtime" and not nccl:
+        raise UsageError("--nccl-connect applies to the NCCL backend (--backend torch --device cuda)")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise UsageError(f"--gpus-per-node must be at least 1 (got {args.gpus_per_node})")
     return buffer

@@ -20,7 +20,10 @@ measured, so each can fail:
 7. two ranks on one GPU are refused under NCCL with one error line naming them (N >= 1: both ranks see GPU 0);
 8. every rank on a GPU of its own: the run record's device.ranks has N distinct GPU UUIDs (N >= 2);
 9. MPI with device buffers: the device flush (--cache cold) and staged in-place (--stage-host) pass --check
-   at N ranks (needs mpirun and cupy).
+   at N ranks (needs mpirun and cupy);
+10. NCCL connections: allreduce at 8 B to 64 MiB with --nccl-connect runtime and eager; the first calls' excess
+   over the timed p50, summed over sizes, is smaller with eager (connections made with the communicator), and
+   the run record says NCCL_RUNTIME_CONNECT 0 for eager (N >= 2).
 
 An item that cannot run here (too few GPUs, no mpirun or cupy) is a SKIP, never a PASS; the exit status is the
 number of failed items.
@@ -111,6 +114,28 @@ def item_first_calls(gpus: int, out: Path) -> tuple[str, str]:
     return (FAIL if bad else PASS), f"{len(rows)} results; without a first call apart or with p99 > 20 p50: {bad}"
 
 
+def item_nccl_connect(gpus: int, out: Path) -> tuple[str, str]:
+    """NCCL's runtime connection lands in the first call of the sizes that select a new algorithm; --nccl-connect
+    eager (NCCL_RUNTIME_CONNECT=0) makes every connection with the communicator, so the first calls' excess over
+    the timed p50, summed over sizes from 8 B (ring/LL) to 64 MiB (tree or NVLS where present), must shrink."""
+    if gpus < 2:
+        return SKIP, "a collective's connections need 2 GPUs"
+    excess, recorded = {}, {}
+    for mode in ("runtime", "eager"):
+        res = out / f"connect-{mode}.jsonl"
+        proc = run(torchrun(gpus, "--nccl-connect", mode, "allreduce", "-m", "8,64K,1M,64M", "-i", "50",
+                            "--out", str(res)))
+        rows = results(res)
+        if proc.returncode or not rows:
+            return failed(proc)
+        run_line = next(r for r in records(res) if r["type"] == "run")
+        recorded[mode] = (run_line.get("torch") or {}).get("nccl_runtime_connect")
+        excess[mode] = sum(max(0.0, r["first_call_us"]["max"] - r["latency_us"]["p50"]) for r in rows)
+    ok = recorded["eager"] == "0" and excess["eager"] < excess["runtime"]
+    return (PASS if ok else FAIL), (f"first calls' excess over p50, summed: runtime {excess['runtime']:.0f} us, eager "
+                                    f"{excess['eager']:.0f} us; recorded NCCL_RUNTIME_CONNECT {recorded}")
+
+
 def item_in_place(gpus: int, out: Path) -> tuple[str, str]:
     res = out / "inplace.jsonl"
     small = 4 * gpus * 4  # float32: 4 elements per rank, so reduce_scatter splits it at any rank count
@@ -180,6 +205,7 @@ def item_mpi_device(gpus: int, out: Path) -> tuple[str, str]:
 ITEMS = [("cold under CUDA graphs reads at least warm", item_cold_graphs),
          ("graph replays aligned across ranks (G = 1)", item_graph_alignment),
          ("first calls apart from the timed ones", item_first_calls),
+         ("NCCL connections: runtime in the first calls, eager with the communicator", item_nccl_connect),
          ("in-place allgather/reduce_scatter checked on NCCL", item_in_place),
          ("send/recv under CUDA graphs checked", item_p2p_graphs),
          ("gloo on CUDA tensors checked", item_gloo_on_cuda),

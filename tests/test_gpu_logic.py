@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import microbench
 from microbench.benchmarks.table import ALLREDUCE, Buffers, Context
 from microbench.measure import engine
 from microbench.measure.backends.torch_dist import barrier_takes_device_ids
@@ -316,3 +317,36 @@ def test_two_ranks_on_one_gpu_are_refused_under_nccl_in_one_line_also_without_a_
     check_gpu_sharing(gloo, gpu_identities(None, gloo))  # gloo copies through the host: sharing is allowed
     apart = SimpleNamespace(gpus=gpus[1:], torch_meta={"backend": "nccl"})
     check_gpu_sharing(apart, gpu_identities(None, apart))  # nothing known of ranks 2 and 3: not refused
+
+
+# ------------------------------------------------------------------------------ NCCL's runtime connection
+def test_eager_nccl_connection_is_set_before_the_communicator_and_recorded():
+    from microbench.cluster.torch_runtime import NCCL_CONNECT_DEFAULT, nccl_connect_env
+
+    env = {}
+    assert nccl_connect_env("nccl", "eager", env) == "0" and env == {"NCCL_RUNTIME_CONNECT": "0"}
+    env = {}
+    assert nccl_connect_env("nccl", "runtime", env) == NCCL_CONNECT_DEFAULT and env == {}
+    env = {"NCCL_RUNTIME_CONNECT": "0"}  # the site's own setting is what NCCL reads, and what is recorded
+    assert nccl_connect_env("nccl", "runtime", env) == "0"
+    env = {}
+    assert nccl_connect_env("gloo", "eager", env) is None and env == {}
+
+
+def test_nccl_connect_outside_nccl_is_one_error_line():
+    result = microbench("run", "--backend", "torch", "--torch-backend", "gloo", "--nccl-connect", "eager",
+                        "allreduce", "-m", "8")
+    assert result.returncode == 2
+    assert "--nccl-connect applies to the NCCL backend" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_node_check_measures_the_nccl_connection_item_and_skips_it_on_one_gpu(tmp_path):
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("gpu_node_checks", REPO / "scripts" / "gpu_node_checks.py")
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    assert checks.item_nccl_connect in [f for _, f in checks.ITEMS]
+    assert checks.item_nccl_connect(1, tmp_path)[0] == checks.SKIP

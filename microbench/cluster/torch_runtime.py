@@ -70,6 +70,21 @@ def init_process_group(backend: str, rank: int, size: int, launcher: str | None,
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
 
 
+NCCL_CONNECT_DEFAULT = "unset (NCCL's default: runtime connection since NCCL 2.22)"
+
+
+def nccl_connect_env(backend: str, mode: str, env: dict) -> str | None:
+    """What NCCL_RUNTIME_CONNECT the communicator will read, set in ``env`` first for ``mode`` "eager" ("0":
+    every connection made with the communicator, so no call carries one); None for other backends.
+
+    Must run before the NCCL communicator exists: NCCL reads the variable when it creates one."""
+    if backend != "nccl":
+        return None
+    if mode == "eager":
+        env["NCCL_RUNTIME_CONNECT"] = "0"
+    return env.get("NCCL_RUNTIME_CONNECT", NCCL_CONNECT_DEFAULT)
+
+
 def group_options(backend: str, device_index: int | None, new_group) -> dict:
     """Keyword arguments of ``dist.new_group`` for the benchmark's group: NCCL's communicator made now, on this
     rank's GPU (``device_id``), where ``new_group`` takes it (torch 2.5+); otherwise none (made at first use).

@@ -220,6 +220,10 @@ def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache
     if not dist.is_initialized():  # under mpiexec/srun: rank 0's TCPStore address travels over MPI
         torch_runtime.init_process_group("gloo", world.rank, world.nranks, world.launcher,
                                       bcast=lambda obj: world.reducer.bcast(obj, root=0), timeout_s=opts.timeout or 600)
+    # NCCL reads NCCL_RUNTIME_CONNECT when it makes a communicator: set (for --nccl-connect eager) before it exists
+    import os
+
+    connect = torch_runtime.nccl_connect_env(name, opts.nccl_connect, os.environ)
     # NCCL's communicator made here where torch can: before the preflight reads the GPU's free memory
     group = dist.new_group(backend=name, **torch_runtime.group_options(name, device.index, dist.new_group))
     if opts.device == "cuda":
@@ -230,7 +234,8 @@ def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache
         backend, loop = torch_dist.TorchBackend(group), PythonLoop("torch")
     return Transport(backend, backend, loop, device, False, cache_bytes, lib,
                      _thread_level(world.MPI) if world.MPI is not None else None,
-                     torch_runtime.torch_metadata(name, opts.device, device.index))
+                     {**torch_runtime.torch_metadata(name, opts.device, device.index),
+                      **({"nccl_runtime_connect": connect} if connect is not None else {})})
 
 
 def _choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:

@@ -156,6 +156,11 @@ def _add_transport(p: argparse.ArgumentParser) -> None:
                         "(inside the timing; records say staged)")
     g.add_argument("--cuda-graph", action="store_true",
                    help="torch on CUDA: replay the timed iterations from a captured CUDA graph")
+    g.add_argument("--nccl-connect", choices=("runtime", "eager"), default="runtime",
+                   help="NCCL: runtime (NCCL's default since 2.22: an algorithm's connections are made at the first "
+                        "call that selects it, so that size's first call carries them) or eager "
+                        "(NCCL_RUNTIME_CONNECT=0: every connection made with the communicator, before any call); "
+                        "recorded in the run's conditions")
     g.add_argument("--gpus-per-node", type=int, metavar="N",
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
     g.add_argument("--reduce-scatter-call", choices=("block", "vector"), default="block",
