@@ -31,6 +31,16 @@
     python scripts/bench_gate_errors.py collect POOL [--fractions 0.1 0.25] [--normal 16] [--slow 8] [--cycles 2]
     python scripts/bench_gate_errors.py collect POOL --interleave [--slow 8]
     python scripts/bench_gate_errors.py analyze POOL --src before=/work/main --src after=.
+    python scripts/bench_gate_errors.py detect POOL [--draws 100] [--sides 4 8 16] [--slowdowns 0 0.1 0.25 0.5 1]
+
+3. ``detect``: what compare said it could see, against what it saw. Each draw takes 2k distinct normal
+   launches of the pool at random (baseline k, new k), multiplies the new side's allreduce latencies by
+   1 + s (its bandwidths divided by it: a slowdown injected into real launches' records), and runs this
+   tree's ``compare --json`` in-process. Predicted: the mean over draws and allreduce configurations of the
+   detection probability compare_power gives each row at s from the row's own se, df and number tested
+   (what ``could_see`` reports as the 90 % point); measured: the share of those rows judged REGRESSION. The
+   untouched latency configurations give the false-alarm rate at every s. Random draws are not back-to-back
+   runs: compare's run correlation is estimated from them like any other input.
 """
 
 from __future__ import annotations
@@ -244,6 +254,89 @@ def analyze(pool: Path, sources: dict[str, Path], extra: list[str], out_json: Pa
         out_json.write_text(json.dumps({"rho": rho, "slowdown": slowdown, "figures": figures}, indent=1))
 
 
+def _scaled(lines: list[str], factor: float) -> str:
+    """A launch's JSONL with every allreduce result slowed by ``factor`` (latencies times it, bandwidths over it)."""
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        if rec.get("type") == "result" and rec.get("benchmark") == "allreduce" and factor != 1:
+            rec["latency_us"] = {k: v * factor if isinstance(v, (int, float)) else v
+                                 for k, v in rec["latency_us"].items()}
+            for key in ("algbw_gbps", "busbw_gbps"):
+                if isinstance(rec.get(key), (int, float)):
+                    rec[key] = rec[key] / factor
+            if isinstance(rec.get("first_call_us"), dict):
+                rec["first_call_us"] = None
+        out.append(json.dumps(rec))
+    return "\n".join(out) + "\n"
+
+
+def detect(pool: Path, draws: int, sides: list[int], slowdowns: list[float], seed: int, out_json: Path | None) -> None:
+    """Predicted against measured detection of injected slowdowns (see ``detect`` in the module's text)."""
+    import contextlib
+    import io
+    import random
+    import tempfile
+
+    from microbench.cli import main as microbench_main
+    from microbench.gate import compare_power
+
+    os.environ["MICROBENCH_INDEX"] = "off"
+    normal = [r["path"] for r in pool_runs(pool) if r["variant"] == "normal"]
+    text = {p: p.read_text().splitlines() for p in normal}
+    rng = random.Random(seed)
+    figures = []
+    print(f"# pool {pool}: {len(normal)} normal launches; {draws} draws per cell; compare --json of this tree")
+    print(f"# {'k':>3} {'slowdown':>9} {'predicted':>10} {'measured':>9} {'rows':>6} {'false alarms (latency)':>23} "
+          f"{'90 % point (median)':>20}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in sides:
+            if 2 * k > len(normal):
+                continue
+            for s in slowdowns:
+                predicted, flagged, rows, nulls, false = [], 0, 0, 0, 0
+                points = []
+                for d in range(draws):
+                    chosen = rng.sample(normal, 2 * k)
+                    folder = Path(tmp) / f"k{k}-s{s}-d{d}"
+                    folder.mkdir()
+                    base, new = [], []
+                    for i, path in enumerate(chosen):
+                        target = folder / f"{i:02d}.jsonl"
+                        target.write_text(_scaled(text[path], 1 + s if i >= k else 1))
+                        (new if i >= k else base).append(str(target))
+                    buf = io.StringIO()
+                    with contextlib.redirect_stdout(buf):
+                        microbench_main(["compare", "--json", "--baseline", *base, "--new", *new])
+                    result = json.loads(buf.getvalue())
+                    alpha = 1 - result["confidence"]
+                    log_thr = compare_power.log_threshold(result["threshold"], False)
+                    tested = sum(1 for r in result["rows"] if r.get("p") is not None)
+                    for row in result["rows"]:
+                        if row["config"]["benchmark"] != "allreduce":
+                            nulls += 1
+                            false += row["verdict"] == "regression"
+                            continue
+                        rows += 1
+                        flagged += row["verdict"] == "regression"
+                        if row.get("detectable_change_90") is not None:
+                            points.append(row["detectable_change_90"])
+                        if row.get("se_log") is not None and row.get("df"):
+                            predicted.append(compare_power.detection_probability(
+                                math.log1p(s), row["se_log"], row["df"], tested, alpha, log_thr))
+                        else:
+                            predicted.append(0.0)
+                pred = statistics.fmean(predicted) if predicted else float("nan")
+                meas = flagged / rows if rows else float("nan")
+                point = statistics.median(points) if points else float("nan")
+                print(f"  {k:>3} {s:>9.0%} {pred:>10.2f} {meas:>9.2f} {rows:>6} {false / max(nulls, 1):>23.3f} "
+                      f"{point:>19.0%}", flush=True)
+                figures.append({"k": k, "slowdown": s, "predicted": pred, "measured": meas, "rows": rows,
+                                "false_alarm_rate_untouched": false / max(nulls, 1), "median_detectable_90": point})
+    if out_json:
+        out_json.write_text(json.dumps({"draws": draws, "seed": seed, "figures": figures}, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -261,7 +354,18 @@ def main() -> int:
                    help="a source tree whose compare judges (default after=.)")
     a.add_argument("--json", type=Path)
     a.add_argument("extra", nargs="*", help="more compare options, after --")
+    t = sub.add_parser("detect")
+    t.add_argument("pool", type=Path)
+    t.add_argument("--draws", type=int, default=100, help="random draws per (k, slowdown) (default 100)")
+    t.add_argument("--sides", type=int, nargs="+", default=[4, 8, 16], help="runs a side (default 4 8 16)")
+    t.add_argument("--slowdowns", type=float, nargs="+", default=[0.0, 0.1, 0.25, 0.5, 1.0],
+                   help="slowdowns injected into the new side's allreduce (default 0 0.1 0.25 0.5 1)")
+    t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.cmd == "detect":
+        detect(args.pool, args.draws, args.sides, args.slowdowns, args.seed, args.json)
+        return 0
     if args.cmd == "collect":
         t0 = time.monotonic()
         args.pool.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ class mb_ok(microbench_benchmark):
     sizes = parameter(['8,1K,64K'])
     run_options = SHORT
     allow_bundled_mpi = True
+    nodes = 1  # this partition is one node: ping-pong measures shared memory, on purpose
     latency_sizes = [8, 1024]
     busbw_sizes = [65536]
     reference_files = [{loose!r}]
@@ -64,6 +65,38 @@ class mb_slow(microbench_benchmark):
     run_options = SHORT
     allow_bundled_mpi = True
     reference_files = ['impossible.json']  # relative: from the check file's directory
+    records_dir = 'kept'  # relative: from the check file's directory
+
+
+@rfm.simple_test
+class mb_p2p_one_node(microbench_benchmark):
+    benchmark = parameter(['latency'])
+    sizes = parameter(['8'])
+    run_options = SHORT
+    allow_bundled_mpi = True
+
+
+@rfm.simple_test
+class mb_typed(microbench_benchmark):
+    benchmark = parameter(['allreduce'])
+    sizes = parameter(['8'])
+    run_options = SHORT
+    allow_bundled_mpi = True  # the command line sets both to false
+    data_check = True
+
+
+@rfm.simple_test
+class mb_misspelt(microbench_benchmark):
+    benchmark = parameter(['allreduce'])
+    sizes = parameter(['8'])
+    run_options = SHORT
+    allow_bundled_mpi = True
+    reference_files = ['misspelt.json']
+
+
+@rfm.simple_test
+class mb_misspelt_strict(mb_misspelt):
+    strict_references = True
 
 
 @rfm.simple_test
@@ -110,10 +143,10 @@ IMPOSSIBLE_SPEC = '[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_u
 MISMATCH_SPEC = '[[rule]]\nbenchmark = "allreduce"\nsizes = "8,2K"\ndtype = "float64"\nmax_latency_us = 1e6\n'
 
 
-def emit_references(tmp: Path, name: str, spec_text: str) -> str:
+def emit_references(tmp: Path, name: str, spec_text: str, scope: str = "local:default") -> str:
     spec = tmp / f"{name}.toml"
     spec.write_text(spec_text)
-    done = microbench("check", "--spec", str(spec), "--emit-reframe-references", "local:default")
+    done = microbench("check", "--spec", str(spec), "--emit-reframe-references", scope)
     assert done.returncode == 0, done.output
     path = tmp / f"{name}.json"
     path.write_text(done.stdout)
@@ -131,16 +164,24 @@ def session(tmp_path_factory):
     (tmp / "checks.py").write_text(CHECKS.format(
         loose=emit_references(tmp, "loose", LOOSE_SPEC), mismatch=emit_references(tmp, "mismatch", MISMATCH_SPEC)))
     emit_references(tmp, "impossible", IMPOSSIBLE_SPEC)
-    env = {"PATH": f"{REFRAME.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HOME": str(tmp)}
-    done = run_process([str(REFRAME), "-C", str(tmp / "config.py"), "-c", str(tmp / "checks.py"),
-                        "--prefix", str(tmp / "out"), "--perflogdir", str(tmp / "perflogs"),
-                        "--report-file", str(tmp / "report.json"), "--exec-policy", "serial", "-r"],
-                       timeout=280, env=env, cwd=tmp_path_factory.mktemp("elsewhere"))
+    emit_references(tmp, "misspelt", '[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_us = 1e6\n',
+                    scope="local:lcoal")
+    done = reframe(tmp, tmp_path_factory.mktemp("elsewhere"), "-S", "mb_typed.allow_bundled_mpi=False",
+                   "-S", "mb_typed.data_check=false")
     assert (tmp / "report.json").exists(), done.output
     cases = {c["display_name"]: c for run in json.loads((tmp / "report.json").read_text())["runs"]
              for c in run["testcases"]}
     return cases, perflog_rows(tmp / "perflogs" / "local" / "default"), done
+
+
+def reframe(tmp: Path, cwd: Path, *options: str, report: str = "report.json"):
+    """ReFrame over tmp/checks.py with tmp/config.py (local partition, mpirun launcher), serial."""
+    env = {"PATH": f"{REFRAME.parent}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(tmp)}
+    return run_process([str(REFRAME), "-C", str(tmp / "config.py"), "-c", str(tmp / "checks.py"),
+                        "--prefix", str(tmp / "out"), "--perflogdir", str(tmp / "perflogs"),
+                        "--report-file", str(tmp / report), "--exec-policy", "serial", *options,
+                        *([] if "--dry-run" in options else ["-r"])],
+                       timeout=400, env=env, cwd=cwd)
 
 
 def perflog_rows(folder: Path) -> dict[str, dict]:
@@ -242,6 +283,50 @@ def test_the_kept_records_are_a_complete_run_that_check_reads(session, tmp_path)
     spec.write_text(LOOSE_SPEC.split("[[rule]]\nname")[0])
     done = microbench("check", str(Path(allreduce["outputdir"]) / "microbench.jsonl"), "--spec", str(spec))
     assert done.returncode == 0, done.output
+
+
+def test_point_to_point_defaults_to_one_rank_per_node_and_checks_the_hosts(session):
+    cases, _, _ = session
+    p2p = case(cases, "mb_p2p_one_node", "latency")
+    assert (p2p["result"], p2p["fail_phase"]) == ("fail", "sanity")
+    assert "the run used 1 host(s)" in p2p["fail_reason"] and "asks for 2 node(s)" in p2p["fail_reason"]
+    assert case(cases, "mb_ok", "latency")["result"] == "pass"  # nodes = 1: inside one node, on purpose
+
+
+def test_typed_variables_take_false_from_the_command_line(session, mpi_lib):
+    cases, _, _ = session
+    typed = case(cases, "mb_typed", "allreduce")
+    assert "-c" not in typed["executable_opts"]  # -S data_check=false: off, though the class sets it
+    if mpi_lib[1].bundled:  # -S allow_bundled_mpi=False: the bundled wheel's MPI fails sanity again
+        assert (typed["result"], typed["fail_phase"]) == ("fail", "sanity")
+        assert "not the site MPI" in typed["fail_reason"]
+
+
+def test_references_for_a_misspelt_partition_warn_or_fail_when_strict(session):
+    cases, _, done = session
+    loose = case(cases, "mb_misspelt", "allreduce")
+    assert loose["result"] == "pass", loose["fail_reason"]
+    assert "none of which covers local:default" in done.output and "local:lcoal" in done.output
+    strict = case(cases, "mb_misspelt_strict", "allreduce")
+    assert strict["result"] == "fail" and "none of which covers local:default" in strict["fail_reason"]
+
+
+def test_a_failed_tests_records_are_kept_in_records_dir(session):
+    cases, _, _ = session
+    slow = case(cases, "mb_slow", "allreduce")
+    assert slow["result"] == "fail"
+    kept = list((Path(slow["filename"]).parent / "kept").glob("*.jsonl"))
+    assert len(kept) == 1 and "mb_slow" in kept[0].name
+    recs = read_jsonl(kept[0])
+    assert recs[0]["type"] == "run" and recs[-1]["type"] == "end"
+
+
+def test_a_dry_run_passes_every_test(session, tmp_path):
+    case_file = Path(next(iter(session[0].values()))["filename"]).parent  # the same checks, config, references
+    done = reframe(case_file, tmp_path, "--dry-run", report="dry.json")
+    report = json.loads((case_file / "dry.json").read_text())
+    results = {c["display_name"]: c["result"] for run in report["runs"] for c in run["testcases"]}
+    assert results and set(results.values()) == {"pass"}, (results, done.output[-2000:])
 
 
 def test_emitted_references_say_what_they_leave_out(tmp_path):

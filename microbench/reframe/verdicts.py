@@ -32,6 +32,7 @@ class Expectations:
     env: dict = field(default_factory=dict)  #: NAME -> VALUE the run record's conditions.env must show
     fields: dict = field(default_factory=dict)  #: record field -> value every result must have
     entries: tuple = ()  #: reference entries that apply (their filters are asserted)
+    nodes: int = 0  #: distinct hosts the run must have used (0: any)
 
 
 def load_run(path: str | os.PathLike) -> Run:
@@ -93,6 +94,11 @@ def _run_problems(run: Run, want: Expectations) -> list[str]:
     if want.mpi_library and not re.search(want.mpi_library, mpi.get("library_version") or ""):
         problems.append(f"the MPI library {_first_line(mpi.get('library_version'))!r} does not match "
                         f"{want.mpi_library!r}")
+    hosts = meta.get("hosts") or []
+    if want.nodes and len(hosts) != want.nodes:
+        problems.append(f"the run used {len(hosts)} host(s) ({', '.join(map(str, hosts[:8]))}), the test asks for "
+                        f"{want.nodes} node(s): point-to-point on one node measures shared memory, not the "
+                        f"network; set nodes = 1 where that is intended")
     env = (meta.get("conditions") or {}).get("env") or {}
     for name, value in want.env.items():
         if env.get(name) != value:
