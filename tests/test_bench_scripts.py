@@ -80,3 +80,31 @@ def test_bench_replay_measures_one_scheme_locally_and_replots_it(tmp_path):
     again = subprocess.run([sys.executable, str(script), "--replot", str(out), "--figure", str(tmp_path / "f.png")],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stdout == proc.stdout and (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_bench_gate_errors_detect_tabulates_predicted_against_measured(tmp_path):
+    """The detect mode on a tiny pool of real launches: two draws, one slowdown, the table and JSON shape."""
+    import json
+    import subprocess
+    import sys
+
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for i in range(4):
+        run = microbench_run(pool / f"{i:05d}-s-normal.jsonl")
+        assert run.returncode == 0, run.stderr
+    out = tmp_path / "d.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_gate_errors.py"), "detect", str(pool),
+                           "--draws", "2", "--sides", "2", "--slowdowns", "0.5", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())["figures"]
+    assert len(figures) == 1 and figures[0]["k"] == 2 and figures[0]["rows"] == 2 * 2  # 2 draws x 2 sizes
+    assert 0 <= figures[0]["predicted"] <= 1 and 0 <= figures[0]["measured"] <= 1
+
+
+def microbench_run(out):
+    from conftest import microbench
+
+    return microbench("run", "--np", "2", "allreduce", "latency", "-m", "8,64", "-i", "20", "-x", "2",
+                      "--out", str(out))
