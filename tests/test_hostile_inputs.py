@@ -29,9 +29,19 @@ LIMIT_S = 60  #: wall-clock limit of one command (the inputs below took minutes,
 BASE_RSS = 400 << 20  #: a verb's own peak resident memory with numpy, msgspec and matplotlib loaded (bytes)
 SPEC = '[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 50\n'
 
+# The process's own high-water RSS (VmHWM, KiB): ru_maxrss would carry the forking parent's RSS across the
+# exec (Linux keeps the larger of the old and new address spaces' peaks), so a pytest process grown large by
+# earlier tests would read as this command's peak.
 _WRAPPER = ("import atexit, os, resource, runpy, sys\n"
-            "atexit.register(lambda: open(os.environ['HOSTILE_RSS'], 'w').write("
-            "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+            "def _peak():\n"
+            "    try:\n"
+            "        for line in open('/proc/self/status'):\n"
+            "            if line.startswith('VmHWM:'):\n"
+            "                return int(line.split()[1])\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "atexit.register(lambda: open(os.environ['HOSTILE_RSS'], 'w').write(str(_peak())))\n"
             "sys.argv = ['microbench', *sys.argv[1:]]\n"
             "runpy.run_module('microbench', run_name='__main__', alter_sys=True)\n")
 
