@@ -1,5 +1,6 @@
 """``microbench replay`` on real MPI ranks: each scheme's calls on its communicators, timed per iteration."""
 
+import importlib.util
 import json
 
 import pytest
@@ -19,22 +20,27 @@ def _replay(result) -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("scheme,sizes,groups", [
-    ("ddp", {"dp": 4}, {"dp"}),
-    ("zero3", {"dp": 4}, {"dp"}),
-    ("tp", {"tp": 2, "dp": 2}, {"tp", "dp"}),
-    ("pp", {"pp": 2, "dp": 2}, {"pp", "dp"}),
-])
-def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups):
+SCHEMES_ON_FOUR = [("ddp", {"dp": 4}, {"dp"}), ("zero3", {"dp": 4}, {"dp"}), ("tp", {"tp": 2, "dp": 2}, {"tp", "dp"}),
+                   ("pp", {"pp": 2, "dp": 2}, {"pp", "dp"})]
+TORCH = importlib.util.find_spec("torch") is not None
+BACKENDS = ["mpi", pytest.param("torch", marks=pytest.mark.skipif(
+    not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("scheme,sizes,groups", SCHEMES_ON_FOUR)
+def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups, backend):
     flags = [x for k, v in sizes.items() for x in (f"--{k}", str(v))]
-    out = _replay(microbench("replay", "--np", "4", *MODEL, "--scheme", scheme, *flags, *FAST))
+    out = _replay(microbench("replay", "--np", "4", "--backend", backend, *MODEL, "--scheme", scheme, *flags, *FAST))
     schedule = calls(Workload(TINY, scheme, **sizes))
+    assert out["backend"] == ("mpi" if backend == "mpi" else "torch-gloo")
     assert out["calls_per_iteration"] == len(schedule)
     assert set(out["per_group_s"]) == groups
     assert set(out["per_collective_s"]) == {c.collective for c in schedule}
     assert out["iterations"] == 2
     assert 0 < out["wall_min_s"] <= out["wall_s"] <= out["wall_max_s"]
     assert all(v > 0 for v in out["per_group_s"].values())
+    assert {r["what"] for r in out["comparison"]} >= {"total", *(f"group {g}" for g in groups)}
 
 
 def test_two_ranks_under_mpiexec():
@@ -76,8 +82,10 @@ def test_one_layer_of_a_13b_model_replays_on_four_ranks_and_says_so():
     assert "13B" in out["workload"]["model"] and out["bytes_per_iteration"] > 500e6
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scheme", ["ddp", "zero3"])
-def test_two_ranks_replay_the_data_parallel_schemes(scheme):
-    out = _replay(microbench("replay", "--np", "2", *MODEL, "--scheme", scheme, "--dp", "2", *FAST))
+def test_two_ranks_replay_the_data_parallel_schemes(scheme, backend):
+    out = _replay(microbench("replay", "--np", "2", "--backend", backend, *MODEL, "--scheme", scheme, "--dp", "2",
+                             *FAST))
     assert out["calls_per_iteration"] == len(calls(Workload(TINY, scheme, dp=2)))
     assert set(out["per_group_s"]) == {"dp"} and out["per_group_s"]["dp"] > 0
