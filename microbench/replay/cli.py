@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 
 from microbench.cluster import launch
@@ -247,7 +248,8 @@ def main(args) -> int:
     context = {"overlapped_groups": sorted({c.group for c in schedule if c.overlapped}),
                "group_counts": {k: len(layout.groups(k)) for k in ("tp", "pp", "dp")},
                "groups": sorted({c.group for c in schedule}), "compute": bool(compute_s),
-               "ranks_per_host": max(hosts.ranks_per_host.values()), "cores": _cores()}
+               "ranks_per_host": max(hosts.ranks_per_host.values()),
+               "cores": os.cpu_count() or 1}  # the host's, not this rank's binding
     summary["prediction"] = {
         "source": (f"--results {' '.join(args.results)} ({args.stat})" if curves
                    else "the same launch's isolated per-call latencies"),
@@ -270,7 +272,6 @@ def main(args) -> int:
 
 def _check_out(path: str | None) -> None:
     """Refuse an --out whose folder is missing or not writable before any rank starts."""
-    import os
     from pathlib import Path
 
     if path is None:
@@ -306,15 +307,6 @@ def _mpi_record(MPI) -> dict | None:
     from microbench.cluster.mpi_runtime import library
 
     return library(MPI).as_record() if MPI is not None else None
-
-
-def _cores() -> int:
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _predicted(issuer, p: predict.Prediction) -> dict:
