@@ -15,11 +15,10 @@ import numpy as np
 
 from microbench.measure.buffers import HostRegion
 from microbench.replay.layout import KINDS, Layout
-from microbench.replay.schedule import Call
+from microbench.replay.schedule import Call, receive_offset
 
 ELEMENT = np.dtype(np.float32)  #: what reductions reduce
 BYTE = np.dtype(np.uint8)  #: what the other calls move
-ALIGN = 64
 
 
 class MpiIssuer:
@@ -38,7 +37,7 @@ class MpiIssuer:
         self.pipeline_next = stage + 1 if stage + 1 < stages else MPI.PROC_NULL
         self.pipeline_prev = stage - 1 if stage > 0 else MPI.PROC_NULL
         widest = max(c.Get_size() for c in self.comms.values())
-        self.largest = -(-max(largest_bytes, ELEMENT.itemsize) // ALIGN) * ALIGN
+        self.largest = receive_offset(largest_bytes)
         self.pool = HostRegion(self.largest * (1 + widest))
         self.pool.bytes[:] = 1  # written in full by its owner before anything is timed
 

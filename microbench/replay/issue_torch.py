@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from microbench.errors import RunError, UsageError
 from microbench.replay.layout import KINDS, Layout
-from microbench.replay.schedule import Call
-
-ALIGN = 64
+from microbench.replay.schedule import Call, receive_offset
 
 
 class TorchIssuer:
@@ -67,7 +65,7 @@ class TorchIssuer:
         self.pipeline_next = pp[stage + 1] if stage + 1 < len(pp) else None
         self.pipeline_prev = pp[stage - 1] if stage > 0 else None
         widest = max(len(m) for m in self.members.values())
-        self.largest = -(-max(largest_bytes, 4) // ALIGN) * ALIGN
+        self.largest = receive_offset(largest_bytes)
         where = torch.device("cuda", index) if self.cuda else torch.device("cpu")
         try:
             self.pool = torch.ones(self.largest * (1 + widest), dtype=torch.uint8, device=where)

@@ -100,6 +100,15 @@ def largest_bytes(schedule: list[Call]) -> int:
     return max((c.bytes for c in schedule), default=0)
 
 
+POOL_ALIGN = 64  #: bytes; the receive side of every issuer's pool starts on this boundary
+
+
+def receive_offset(largest: int) -> int:
+    """Where a pool's receive side starts (bytes): after the largest message (at least one float32),
+    rounded up to ``POOL_ALIGN`` so that views of any element type there are aligned."""
+    return -(-max(largest, 4) // POOL_ALIGN) * POOL_ALIGN
+
+
 def steps(schedule: list[Call], compute_s: float = 0.0) -> list[Step]:
     """The schedule with ``compute_s`` seconds of compute placed between its calls (see ``COMPUTE_RULE``).
 
