@@ -55,6 +55,8 @@ import sys
 import time
 from pathlib import Path
 
+from microbench.results.metrics import LATENCY_STATS
+
 RUN = ["run", "--np", "2", "allreduce", "latency", "-m", "8:4K"]
 VERDICTS = ("regression", "regression?", "noise", "ok", "improved", "improved?")
 HERE = Path(__file__).resolve().parent
@@ -260,7 +262,7 @@ def _scaled(lines: list[str], factor: float) -> str:
     for line in lines:
         rec = json.loads(line)
         if rec.get("type") == "result" and rec.get("benchmark") == "allreduce" and factor != 1:
-            rec["latency_us"] = {k: v * factor if isinstance(v, (int, float)) else v
+            rec["latency_us"] = {k: v * factor if k in LATENCY_STATS else v  # not the sample counts
                                  for k, v in rec["latency_us"].items()}
             for key in ("algbw_gbps", "busbw_gbps"):
                 if isinstance(rec.get(key), (int, float)):

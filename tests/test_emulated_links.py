@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from microbench.run.diagnostics import outliers as outlier_rule
+from microbench.measure import outliers as outlier_rule
 
 from conftest import REPO, read_jsonl, results_of, run_process
 

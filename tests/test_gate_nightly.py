@@ -17,7 +17,7 @@ from microbench.cli import main as microbench_main
 from microbench.errors import UsageError
 from microbench.results import index as gate_index
 from microbench.results.load import load_table
-from microbench.results.scan import ScanNotes
+from microbench.results.scan import ScanNotes, jsonl_paths
 from microbench.units import format_size
 
 from conftest import REPO, microbench
@@ -86,7 +86,7 @@ def test_a_newer_schema_file_is_refused_by_name(template, tmp_path, capsys):
     files[3].unlink()
     files[3] = files[3].with_name("foreign-nightly.jsonl")
     files[3].write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
-    with pytest.raises(UsageError, match=f"{files[3]}: record schema 99 is newer"):
+    with pytest.raises(UsageError, match=f"{files[3]}:1: record schema 99 is newer"):
         load_table([tmp_path / "year"])
     assert run_cli("history", tmp_path / "year") == 2
     assert str(files[3]) in capsys.readouterr().err
@@ -117,7 +117,7 @@ def test_the_index_is_used_until_a_file_changes(template, tmp_path, capsys):
     def cached() -> int:
         """How many files a scan takes from the index (decoding nothing)."""
         reader = gate_index.PartReader(ScanNotes())
-        assert len(list(reader.parts(files))) == len(files)
+        assert len(list(reader.parts(jsonl_paths(files)))) == len(files)
         return reader.notes.cached
 
     assert cached() == len(files)  # the first load wrote the index
@@ -159,7 +159,7 @@ def test_worker_processes_read_what_one_process_reads(template, tmp_path, monkey
         assert two.latency[stat].tobytes() == one.latency[stat].tobytes()
     # the workers wrote the index: a second read decodes nothing and starts no worker
     reader = gate_index.PartReader(ScanNotes())
-    assert len(list(reader.parts(files))) == len(files) and reader.notes.cached == len(files)
+    assert len(list(reader.parts(jsonl_paths(files)))) == len(files) and reader.notes.cached == len(files)
     assert CountedPool.started == 1
 
 
@@ -171,7 +171,7 @@ def test_a_worker_error_is_the_same_usage_error(template, tmp_path, monkeypatch)
     files[5].write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
     monkeypatch.setenv("MICROBENCH_INDEX", "off")
     monkeypatch.setenv("MICROBENCH_READ_WORKERS", "2")
-    with pytest.raises(UsageError, match=f"{files[5]}: record schema 99 is newer"):
+    with pytest.raises(UsageError, match=f"{files[5]}:1: record schema 99 is newer"):
         load_table([tmp_path / "year"])
     monkeypatch.setenv("MICROBENCH_READ_WORKERS", "none")
     with pytest.raises(UsageError, match="MICROBENCH_READ_WORKERS='none': expected a whole number"):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_process
-from fixtures.gate.synth import pairs_result, private_index, result, run_line, write_run
+from fixtures.gate.synth import pairs_result, private_index, result, run_line, with_latency, write_run
 
 from microbench.records import read_runs
 from microbench.results.load import load_table
@@ -27,6 +27,7 @@ from microbench.workload.traces.jsonread import MAX_ELEMENT_BYTES
 
 LIMIT_S = 60  #: wall-clock limit of one command (the inputs below took minutes, or forever, before)
 BASE_RSS = 400 << 20  #: a verb's own peak resident memory with numpy, msgspec and matplotlib loaded (bytes)
+STATS = ("avg", "min", "max", "p10", "p50", "p90", "p99", "fastest", "slowest")
 SPEC = '[[rule]]\nbenchmark = "allreduce"\nmax_latency_us = 50\n'
 
 # The process's own high-water RSS (VmHWM, KiB): ru_maxrss would carry the forking parent's RSS across the
@@ -116,7 +117,8 @@ def test_fifo_device_and_folder_named_jsonl_are_skipped_with_a_note(tmp_path, sp
 def test_a_file_over_the_size_cap_is_one_error(tmp_path, spec):
     path = lines_file(tmp_path / "foreign-big.jsonl", good_run())
     done = mb(tmp_path, "check", path, "--spec", spec, env={"MICROBENCH_MAX_FILE_BYTES": "1000"})
-    one_error(done, re.escape(f"{path.name}: larger than 1000 bytes") + ".*MICROBENCH_MAX_FILE_BYTES.*")
+    one_error(done, re.escape(f"{path.name}: ") + r"\d+ bytes, more than a results file may hold \(1000 bytes; "
+              + "MICROBENCH_MAX_FILE_BYTES.*")
 
 
 # ------------------------------------------------------------------ values as the schema says (F4, F6, F7, F13)
@@ -127,12 +129,12 @@ def records_with(**change) -> list[dict]:
 
 
 @pytest.mark.parametrize("change,pattern", [
-    ({"latency_us": {"avg": -1.0, "p50": -1.0}}, r"a result record that breaks the schema: .*>= 0.*latency_us.*"),
-    ({"latency_us": {"p50": 0.5, "avg": "x"}}, r"a result record that breaks the schema: .*latency_us.*"),
-    ({"size_bytes": 10 ** 30}, r"a result record that breaks the schema: .*size_bytes.*"),
-    ({"size_bytes": "8"}, r"a result record that breaks the schema: Expected `int.*size_bytes.*"),
-    ({"ranks": "two"}, r"a result record that breaks the schema: .*ranks.*"),
-    ({"run_id": {"a": 1}}, r"a result record that breaks the schema: .*run_id.*"),
+    ({"latency_us": {"avg": -1.0, "p50": -1.0}}, r"a result record that breaks the record model: .*>= 0.*latency_us.*"),
+    ({"latency_us": {"p50": 0.5, "avg": "x"}}, r"a result record that breaks the record model: .*latency_us.*"),
+    ({"size_bytes": 10 ** 30}, r"a result record that breaks the record model: .*size_bytes.*"),
+    ({"size_bytes": "8"}, r"a result record that breaks the record model: Expected `int.*size_bytes.*"),
+    ({"ranks": "two"}, r"a result record that breaks the record model: .*ranks.*"),
+    ({"run_id": {"a": 1}}, r"a result record that breaks the record model: .*run_id.*"),
 ], ids=["negative", "string", "huge-size", "string-size", "string-ranks", "object-id"])
 def test_a_record_that_breaks_the_schema_is_refused_naming_file_and_line(tmp_path, spec, change, pattern):
     path = lines_file(tmp_path / "foreign-bad.jsonl", records_with(**change))
@@ -164,7 +166,7 @@ def test_schema_is_checked_on_the_raw_line_first(tmp_path, spec):
     recs[0] = {**recs[0], "schema": "1", "time_utc": "2026-11-22T07:00:00Z"}
     lines_file(path, recs)
     one_error(mb(tmp_path, "check", path, "--spec", spec),
-              re.escape(f"{path.name}: record schema '1' is not a schema version") + ".*")
+              re.escape(f"{path.name}:1: record schema '1' is not a schema version") + ".*")
 
 
 def test_results_without_a_run_line_are_outside_a_selection_and_a_bom_is_read(tmp_path, spec):
@@ -218,9 +220,12 @@ def test_control_characters_in_records_never_reach_the_terminal(tmp_path, spec):
 
 
 def test_json_output_is_strict_json(tmp_path):
-    recs = [r if r["type"] != "result" else {**r, "latency_us": {k: 1.7e308 for k in r["latency_us"]}}
+    """Latencies near the largest float (their bandwidths follow, near the smallest): medians of two overflow
+    unless computed with care, and every figure printed is strict JSON."""
+    recs = [r if r["type"] != "result" else with_latency(r, {k: 1.7e308 for k in STATS if k in r["latency_us"]})
             for r in good_run()]
-    path = lines_file(tmp_path / "foreign-huge.jsonl", recs + [{**r, "run_id": "run1"} for r in recs])
+    again = [{**r, "run_id": "run1", **({"command": "again"} if r["type"] == "run" else {})} for r in recs]
+    path = lines_file(tmp_path / "foreign-huge.jsonl", recs + again)
 
     def refuse(name):
         raise ValueError(f"{name} is not JSON")
@@ -251,8 +256,8 @@ def test_an_import_refuses_impossible_values_and_writes_nothing(tmp_path, value)
     log.write_text(OMB_HEAD + f"8  {value}\n")
     out = tmp_path / "foreign-out.jsonl"
     one_error(mb(tmp_path, "import", "omb", log, "--ranks", "2", "--out", out),
-              re.escape(f"{log.name}:3: latency avg ")
-              + r"\S+ us is not a finite number of at least 0; nothing imported")
+              re.escape(f"{log.name}:3: ") + r"(the tool's figures break the record model: (.*latency_us.*|a value "
+              r"that is not a finite number.*)|unexpected value .*); nothing imported")
     assert not out.exists()
 
 
@@ -323,24 +328,27 @@ def test_the_depth_guard_carries_one_byte_at_most():
 
 
 def test_a_failing_skew_rule_reads_each_file_once(tmp_path):
-    skewed = {"slowest": {"rank": 0, "host": "h\x1b[2J", "mean_us": "x"}, "fastest": {"rank": 1, "host": "h",
-              "mean_us": 1.0}, "skew": 50.0}
+    skewed = {"slowest": {"rank": 0, "host": "h\x1b[2J", "mean_us": 50.0}, "fastest": {"rank": 1, "host": "h",
+              "mean_us": 1.0}, "skew": 50.0, "unit": "rank", "nodes": 2, "node_means_us": {}, "listed": "extremes",
+              "node_skew": None, "outliers": [], "outlier_rule": {}}
     path = tmp_path / "foreign-skew.jsonl"
     for i in range(100):
         write_run(path, [result("allreduce", 8, 10.0, stragglers=skewed)], run_id=f"r{i}")
     spec = tmp_path / "skew.toml"
     spec.write_text('[[rule]]\nbenchmark = "allreduce"\nmax_rank_skew = 2\n')
     done = mb(tmp_path, "check", path, "--spec", spec)
-    assert done.returncode == 1 and "slowest rank 0 on h?[2J (? us)" in done.stdout, done.output
+    assert done.returncode == 1 and "slowest rank 0 on h" in done.stdout and "(50 us)" in done.stdout, done.output
+    assert "\x1b" not in done.stdout
 
 
 def test_microbench_records_the_gate_tools_do_not_read_are_not_called_another_tools(tmp_path):
     """samples, bisect, soak, cycle and replay lines are microbench's own: skipped without the "another tool's
     output?" note, which stays for lines that are not microbench records."""
-    from microbench.results.scan import ScanNotes, UNREAD_TYPES, decode_file
+    from microbench.records.model import RECORD_TYPES
+    from microbench.results.scan import ScanNotes, decode_file
 
     path = tmp_path / "foreign-mixed.jsonl"  # deliberately not schema-valid records: the session's check skips it
-    own = [json.dumps({"type": t, "run_id": "r1"}) for t in UNREAD_TYPES]
+    own = [json.dumps({"type": t, "run_id": "r1"}) for t in RECORD_TYPES if t not in ("run", "result", "end")]
     path.write_text("\n".join([*own, '{"tool": "osu_latency", "size": 8}']) + "\n")
     decoded = decode_file(path)
     assert decoded.records == [] and decoded.foreign == 1

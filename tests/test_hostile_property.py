@@ -2,7 +2,10 @@
 
 "Clean error" is a ``UsageError`` (one line, exit 2 at the command line); "valid result" is one whose values
 are what the schema allows (finite latencies of at least 0, no control characters in strings read). Any other
-exception, and a hang (pytest-timeout), fails.
+exception, and a hang (pytest-timeout), fails. Records are drawn two ways: from the record model itself
+(``model_strategies``: every type and range it declares, so the tests follow the model), where records that
+also satisfy the model's relations must be read, and read alike by the row and the columnar reader; and from
+microbench's own records with fields replaced by anything.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from model_strategies import consistent, records as model_records  # noqa: E402
+
 from microbench.errors import UsageError  # noqa: E402
+from microbench.records import model  # noqa: E402
 from microbench.importers import cli as import_cli  # noqa: E402
 from microbench.importers import nccl_tests, omb  # noqa: E402
 from microbench.records import read_runs  # noqa: E402
@@ -98,6 +104,57 @@ def test_generated_records_give_a_clean_error_or_a_valid_table(recs, mangle):
                     lat = res.get("latency_us") or {}
                     assert all(math.isfinite(v) and v >= 0 for k, v in lat.items() if k != "over")
                 assert not any(set(s) & CONTROL for s in _strings(run.meta))
+
+
+MODEL_SETTINGS = settings(max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _write_run(folder: str, run: dict, results: list[dict], end: dict) -> Path:
+    path = Path(folder) / "foreign-model.jsonl"
+    lines = [{**run, "run_id": "r", "schema": 1}, *({**r, "run_id": "r"} for r in results), {**end, "run_id": "r"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+@pytest.mark.timeout(600)
+@MODEL_SETTINGS
+@given(run=model_records(model.RunRecord), results=st.lists(model_records(model.ResultRecord), min_size=1, max_size=3),
+       end=model_records(model.EndRecord))
+def test_records_the_model_allows_are_read_and_read_alike(run, results, end):
+    """Records drawn from the model and made consistent are accepted by both readers, which agree on them (the
+    property fails if the readers refuse what the model allows)."""
+    results = [consistent(r) for r in results]
+    with tempfile.TemporaryDirectory() as folder:
+        path = _write_run(folder, run, results, end)
+        table = load_table([path])
+        runs = read_runs([path])
+    assert len(runs) == 1 and len(runs[0].results) == len(results) == len(table)
+    for row, rec in enumerate(runs[0].results):
+        for stat, value in rec["latency_us"].items():
+            if stat in table.latency:
+                assert table.latency[stat][row] == value
+        assert table.values("busbw", "avg")[row] == pytest.approx(rec["busbw_gbps"], rel=1e-9)
+
+
+@pytest.mark.timeout(600)
+@MODEL_SETTINGS
+@given(run=model_records(model.RunRecord), results=st.lists(model_records(model.ResultRecord), min_size=1, max_size=3),
+       end=model_records(model.EndRecord))
+def test_any_record_of_the_model_s_types_is_refused_by_both_readers_or_read_by_both(run, results, end):
+    """Records drawn from the model's types alone (their figures need not agree): both readers refuse the same
+    file, naming a line of it, or both read it with the same rows."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = _write_run(folder, run, results, end)
+        outcomes = []
+        for read in (lambda: len(load_table([path])), lambda: sum(len(r.results) for r in read_runs([path]))):
+            try:
+                outcomes.append(read())
+            except UsageError as exc:
+                assert "\n" not in str(exc) and f"{path}:" in str(exc), exc
+                outcomes.append("refused")
+    event(f"outcome: {'refused' if outcomes[0] == 'refused' else 'read'}")
+    assert outcomes[0] == outcomes[1]
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from microbench.cluster.nodes import choose_participants
-from microbench.run.diagnostics.outliers import node_outliers, outliers
+from microbench.measure.outliers import node_outliers, outliers
 from microbench.run.diagnostics.pairs import round_robin, serial
 
 from conftest import microbench, results_of

@@ -55,8 +55,7 @@ def test_svg_and_merged_runs(tmp_path, capsys):
 
 def test_unknown_benchmarks_are_skipped_with_a_note(tmp_path, capsys):
     path = write_run(tmp_path / "foreign-r.jsonl", [result(size=8), result(size=64),
-                                            {"type": "result", "benchmark": "linktest", "pairs": [[0, 1]],
-                                             "latency_us": {}}])
+                                                    result("linktest", size=8)])
     assert cli(path, "-o", tmp_path / "figs") == 0
     captured = capsys.readouterr()
     assert "skipped 1 result(s) of benchmark 'linktest'" in captured.err
@@ -65,7 +64,7 @@ def test_unknown_benchmarks_are_skipped_with_a_note(tmp_path, capsys):
 
 
 def test_nothing_drawable_is_a_usage_error(tmp_path, capsys):
-    path = write_run(tmp_path / "foreign-r.jsonl", [{"type": "result", "benchmark": "linktest"}])
+    path = write_run(tmp_path / "foreign-r.jsonl", [result("linktest", size=8)])
     assert cli(path, "-o", tmp_path / "figs") == 2
     assert "nothing to plot" in capsys.readouterr().err
 

@@ -1,6 +1,7 @@
 """`microbench check` bounds replay records ([[replay]] rules): the exposed share and the prediction error."""
 
 import json
+import re
 
 import pytest
 
@@ -62,7 +63,9 @@ def test_a_bad_replay_rule_is_one_error(text, message):
         parse_spec(__import__("tomllib").loads(text))
 
 
-def test_a_replay_record_of_unexpected_shape_fails_its_bound_without_a_traceback(tmp_path):
+def test_a_replay_record_of_unexpected_shape_is_refused_naming_its_line(tmp_path):
+    """A replay record that breaks the record model is refused like any record (one line naming FILE:LINE,
+    exit 2): no bound is judged on figures that are not what the model says they are."""
     odd = tmp_path / "foreign-odd.jsonl"  # not schema-valid on purpose
     odd.write_text("\n".join(json.dumps(r) for r in [
         {"type": "replay", "run_id": "a", "workload": "ddp", "comparison": "none", "exposed_share": "x", "compute": {}},
@@ -70,6 +73,7 @@ def test_a_replay_record_of_unexpected_shape_fails_its_bound_without_a_traceback
          "ratio": None}], "compute": None},
     ]) + "\n")
     result = _check(tmp_path, odd, '[[replay]]\nmax_prediction_error = 1\nmax_exposed_share = 1\n')
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "no prediction of the whole iteration" in result.stdout and "no exposed share" in result.stdout
-    assert "\u001b" not in result.stdout
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert re.fullmatch(r"microbench: error: .*foreign-odd\.jsonl:1: a replay record that breaks the record "
+                        r"model: .*\n", result.stderr), result.stderr
+    assert "\u001b" not in result.stdout + result.stderr

@@ -393,7 +393,7 @@ def test_the_size_script_measures_the_page(tmp_path):
 def _huge(p50: float, size: int = 8) -> dict:
     """A result whose every latency statistic is ``p50`` (near the largest float: p50 x 1.2 would be inf)."""
     stats = dict.fromkeys(synth.MULTIPLES, p50) | {"samples": 1000, "timing_ranks": 2}
-    return synth.result("allreduce", size, p50, latency_us=stats)
+    return synth.with_latency(synth.result("allreduce", size, p50), stats)
 
 
 def test_latencies_near_the_largest_float_are_shown(tmp_path, capsys):

@@ -106,8 +106,7 @@ def synthetic_run(path):
         for k in range(0, 31, 2):
             size = 1 << k
             lat = {"p50": 2 + size / 1024, "avg": 3 + size / 1024, "min": 3 + size / 1024, "max": 3 + size / 1024}
-            lines.append(synth.result(bench, size, ranks=8, run_id="s", latency_us=lat,
-                                      busbw_gbps=size / (2 + size / 1024) / 1e3))
+            lines.append(synth.with_latency(synth.result(bench, size, ranks=8, run_id="s"), lat))
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 

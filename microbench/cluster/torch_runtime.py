@@ -153,7 +153,7 @@ def torch_metadata(backend_name: str, device: str, device_index: int | None) -> 
     device name and count, for the run record."""
     torch, dist = import_torch()
     hip = getattr(torch.version, "hip", None)
-    out = {"version": torch.__version__, "backend": backend_name, "available": available_backends(dist),
+    out = {"version": str(torch.__version__), "backend": backend_name, "available": available_backends(dist),
            "cuda": torch.version.cuda, "hip": hip, "library": collective_library(backend_name, hip),
            "device": device}
     if backend_name == "nccl":

@@ -25,7 +25,8 @@ from microbench.gate.text import size_text
 from microbench.results.columns import Table
 from microbench.results.keys import ConfigKey
 from microbench.results.load import unique_labels
-from microbench.results.metrics import OUTLIERS, SKEW, UNITS, higher_is_better, threshold_what
+from microbench.results import metrics
+from microbench.results.metrics import UNITS, higher_is_better, threshold_what
 
 
 @dataclass
@@ -183,9 +184,7 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
                 allowed=allowed, metric=threshold.metric, stat=stat)
     lacking = sum(v is None for v in values)
     if lacking:
-        field_name = f"latency_us.{stat}" if threshold.metric == "latency" else "an outliers list" \
-            if threshold.metric == OUTLIERS else "stragglers.skew" if threshold.metric == SKEW \
-            else f"{threshold.metric} from {stat}"
+        field_name = metrics.TABLE[threshold.metric].reads(stat)
         return Judgement(passed=False, detail=f"{lacking} of {len(values)} run(s) lack {field_name}", **base)
     value = reduce_runs(values, rule.runs, higher_is_better(threshold.metric))
     passed = threshold.passes(value, rule.tolerance)
@@ -196,10 +195,9 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
     tol = f" ({threshold.limit:g} {'+' if threshold.bound == 'max' else '-'} {rule.tolerance * 100:g} %)" \
         if rule.tolerance else ""
     detail = f"{what} {value:.4g} {unit} {op} allowed {allowed:.4g} {unit}{tol}, {how}"
-    if threshold.metric == OUTLIERS:
-        detail += _outlier_links(table, by_run)
-    if threshold.metric == SKEW and not passed:
-        detail += _skewed_ranks(table, by_run)
+    explain, always = DETAILS.get(threshold.metric, (None, False))
+    if explain is not None and (always or not passed):
+        detail += explain(table, by_run)
     return Judgement(passed=passed, value=value, detail=detail, **base)
 
 
@@ -283,6 +281,12 @@ def straggler_blocks(table: Table, rows: np.ndarray) -> list[dict]:
         run = table.runs[table.run[row]]
         out += index.blocks(run.source, run.run_id, table.configs[table.config[row]])
     return out
+
+
+#: metric -> (what a judgement adds to its detail, whether also when it passes): the links and nodes a pairs matrix
+#: flags; the extreme ranks of a failing skew
+DETAILS = {metrics.OUTLIERS: (lambda table, by_run: _outlier_links(table, by_run), True),
+           metrics.SKEW: (lambda table, by_run: _skewed_ranks(table, by_run), False)}
 
 
 def _judge_check(key: ConfigKey, table: Table, by_run: RunGroups, run_ids: list[str]) -> Judgement:

@@ -23,6 +23,7 @@ from microbench.results import keys
 from microbench.results import selection as select
 from microbench.results.columns import RunInfo
 from microbench.results.load import load_table, mpi_library, time_span
+from microbench.results import metrics
 from microbench.results.metrics import UNITS
 from microbench.units import format_size
 
@@ -98,7 +99,7 @@ def main(args) -> int:
 def spec_stats(spec: Spec) -> list[str]:
     """The latency statistics the rules of ``spec`` read (the only ones loaded)."""
     return sorted({stat for rule in spec.rules for t in rule.thresholds
-                   for stat in [rule.stat_for(t.metric)] if stat is not None}) or ["p50"]
+                   for stat in metrics.latency_stats_read(t.metric, rule.stat_for(t.metric))}) or ["p50"]
 
 
 def as_json(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], files: list[str]) -> dict:

@@ -65,7 +65,7 @@ class PerfVar:
 
     @property
     def unit(self) -> str:
-        return "us" if self.metric == FIRST_CALL else UNITS[self.metric]
+        return UNITS[self.metric]
 
     @property
     def name(self) -> str:
@@ -82,10 +82,6 @@ class PerfVar:
 
     def value(self, result: dict) -> float | None:
         """The variable's value in one result record (None when the record lacks it)."""
-        if self.metric == FIRST_CALL:
-            first = result.get("first_call_us")
-            value = first.get("max") if isinstance(first, dict) else first
-            return float(value) if isinstance(value, (int, float)) else None
         return metric_value(result, self.metric, self.stat)
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from microbench.errors import printable
-from microbench.records.files import find_jsonl, read_capped
+from microbench.records import read_records
+from microbench.records.model import ReplayRecord
 
 KEYS = ("name", "scheme", "backend", "max_exposed_share", "max_prediction_error")
 BOUNDS = ("max_exposed_share", "max_prediction_error")
@@ -80,19 +81,9 @@ def parse_rules(raw: Any, fail: Callable[[str], None], first_index: int) -> tupl
 
 
 def read_replays(paths: list[str]) -> list[dict]:
-    """Every replay record in the files (and folders' *.jsonl) given, in file order."""
-    out = []
-    for path in find_jsonl(paths):
-        for line in read_capped(path).split(b"\n"):
-            if b'"replay"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                continue
-            if isinstance(record, dict) and record.get("type") == "replay":
-                out.append(record)
-    return out
+    """Every replay record in the files (and folders' *.jsonl) given, in file order, each checked against the
+    record model (``records.read_records``)."""
+    return [record for _, _, record in read_records(paths, (ReplayRecord,))]
 
 
 @dataclass

@@ -13,8 +13,9 @@ max_latency_us = 50                          # judged on p50 unless stat = "avg"
 ```
 
 Rule keys: ``name``; ``benchmark``; ``sizes``; filters ``backend``, ``ranks`` and every option field of
-``keys.OPTION_FIELDS``; thresholds ``max_latency_us``, ``min_busbw_gbps``, ``min_algbw_gbps``, and for
-the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier links and nodes a matrix may flag);
+``keys.OPTION_FIELDS``; thresholds (the spec keys of the metrics table, ``results.metrics``) ``max_latency_us``,
+``min_busbw_gbps``, ``min_algbw_gbps``, ``max_first_call_us`` (the first call's slowest rank), and for
+the pairwise link test (``benchmark = "pairs"``) ``max_outliers`` (outlier links and nodes its matrix flags);
 ``max_rank_skew`` (the slowest rank's mean latency over the fastest rank's, at least 1; failures name them);
 for the non-blocking benchmarks ``min_overlap_pct`` (OMB's overlap, avg across ranks; ``stat = "p50"``: on
 medians);
@@ -32,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from microbench.benchmarks.table import PAIRS
 from microbench.errors import UsageError
 from microbench.gate.replay_check import parse_rules as parse_replay_rules
 from microbench.results import keys
 from microbench.results.load import benchmark_names
-from microbench.results.metrics import LATENCY_STATS, OUTLIERS, OVERLAP, SKEW, UNITS, default_stat, threshold_what
-from microbench.records.files import read_capped
+from microbench.records.files import read_small
+from microbench.results import metrics
+from microbench.results.metrics import LATENCY_STATS, UNITS, threshold_what
 from microbench.units import format_size, parse_sizes
 
 try:  # Python 3.11+
@@ -48,15 +49,8 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 MAX_SPEC_BYTES = 64 << 20  #: a larger spec file is refused (10,000 rules take about 1 MB)
 
-#: threshold key -> (metric, bound): "max" means the value must not exceed the limit.
-THRESHOLDS = {
-    "max_latency_us": ("latency", "max"),
-    "min_busbw_gbps": ("busbw", "min"),
-    "min_algbw_gbps": ("algbw", "min"),
-    "max_outliers": (OUTLIERS, "max"),
-    "max_rank_skew": (SKEW, "max"),
-    "min_overlap_pct": (OVERLAP, "min"),
-}
+#: threshold key -> (metric, bound): "max" means the value must not exceed the limit (the metrics table's keys).
+THRESHOLDS = metrics.SPEC_KEYS
 
 #: How several runs of one configuration are judged.
 RUNS_MODES = {
@@ -108,8 +102,9 @@ class Rule:
     name: str = ""
 
     def stat_for(self, metric: str) -> str | None:
-        """The statistic a threshold on ``metric`` judges (None for outliers, a count of cells)."""
-        return None if metric in (OUTLIERS, SKEW) else self.stat or default_stat(metric)
+        """The statistic a threshold on ``metric`` judges: the rule's ``stat`` where the metric can be read at
+        it, else the metric's default (None for a metric no statistic applies to, such as outliers)."""
+        return metrics.stat_for(metric, self.stat)
 
     def matches_config(self, key: keys.ConfigKey) -> bool:
         """Whether a configuration falls under this rule's benchmarks and filters (sizes aside)."""
@@ -152,9 +147,7 @@ class Spec:
 def load_spec(path: str | os.PathLike) -> Spec:
     """Read and validate a spec file; every problem is one UsageError line naming the file."""
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"no such spec file: {p}")
-    raw = read_capped(p, MAX_SPEC_BYTES)
+    raw = read_small(p, MAX_SPEC_BYTES, "spec file")
     try:
         data = tomllib.loads(raw.decode())
     except UnicodeDecodeError as exc:
@@ -222,15 +215,9 @@ def _parse_rule(index: int, merged: dict, raw: dict, spec_fail) -> Rule:
         if name not in merged:
             continue
         limit = merged[name]
-        if metric == OUTLIERS:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-                fail(f"{name} must be a whole number of at least 0 (got {limit!r})")
-            if benchmarks != (PAIRS,):
-                fail(f"{name} applies to benchmark = \"{PAIRS}\" alone (the pairwise link test)")
-        elif metric == SKEW and (not _is_number(limit) or not math.isfinite(limit) or limit < 1):
-            fail(f"{name} must be a number of at least 1, the slowest over the fastest rank (got {limit!r})")
-        elif not _is_number(limit) or not math.isfinite(limit) or limit <= 0:
-            fail(f"{name} must be a positive number (got {limit!r})")
+        problem = metrics.TABLE[metric].limit_problem(limit, benchmarks)
+        if problem:
+            fail(f"{name} {problem}")
         thresholds.append(Threshold(name, metric, bound, float(limit)))
     stat = merged.get("stat")
     if stat is not None and (not isinstance(stat, str) or stat not in LATENCY_STATS):

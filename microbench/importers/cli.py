@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 from pathlib import Path
 
-from microbench.errors import UsageError
-from microbench.importers import nccl_tests, nccl_text, omb
-from microbench.importers import to_records as build
-from microbench.importers.parsed import ToolRun, row_problem
-from microbench.records import Output, read_runs
-from microbench.records.files import read_capped
-from microbench.records.reader import check_record
+from microbench.errors import UsageError, printable
+from microbench.importers import nccl_tests, nccl_text, omb, to_records
+from microbench.importers.parsed import ToolRun
+from microbench.records import read_runs
+from microbench.records.files import max_file_bytes, read_small
+from microbench.records.model import ModelError
+from microbench.records.writer import append_whole
 from microbench.results.load import parse_time
 
 
@@ -63,7 +62,7 @@ def main(args) -> int:
         found, notes = _parse(args, text, path)
         for note in notes:
             print(f"microbench: note: {note}", file=sys.stderr)
-        digest = build.file_digest(path)
+        digest = to_records.file_digest(path)
         for run in found:
             _set_time(run, args.time, path)
             runs.append((run, digest))
@@ -74,9 +73,7 @@ def main(args) -> int:
 
 
 def _read(path: str) -> str:
-    if not Path(path).exists():
-        raise UsageError(f"no such file: {path}")
-    data = read_capped(Path(path))
+    data = read_small(path, max_file_bytes(), "file")
     try:
         return data.decode()
     except UnicodeDecodeError as exc:
@@ -108,50 +105,51 @@ def _set_time(run: ToolRun, when: str | None, path: str) -> None:
 
 
 def _records(runs: list[tuple[ToolRun, str]]) -> list[tuple[ToolRun, list[dict]]]:
-    """Every run's records, each checked (values in range, finite, strict JSON) before any is written: a
-    failed import leaves nothing behind."""
+    """Every run's records, each made through the record model (values in range, finite, figures consistent)
+    before any is written: a failed import leaves nothing behind."""
     out = []
     for run, digest in runs:
-        for row in run.rows:
-            problem = row_problem(row)
-            if problem:
-                raise UsageError(f"{run.file}:{row.line}: {problem}; nothing imported")
-        records = build.imported_records(run, digest)
-        for rec in records:
-            problem = check_record(rec)
-            line = rec.get("source", {}).get("line", run.first_line)
-            if problem:
-                raise UsageError(f"{run.file}:{line}: {problem}; nothing imported")
-            try:
-                json.dumps(rec, allow_nan=False)
-            except ValueError:
-                raise UsageError(f"{run.file}:{line}: a value that is not a finite number (NaN or infinite); "
-                                 "nothing imported") from None
+        try:
+            records = to_records.imported_records(run, digest)
+        except ModelError as exc:
+            line = _line_of(run, exc)
+            raise UsageError(f"{printable(run.file)}:{line}: the tool's figures break the record model: "
+                             f"{printable(exc.problem)}; nothing imported") from None
         out.append((run, records))
     return out
 
 
+def _line_of(run: ToolRun, exc: ModelError) -> int:
+    """The line of the row whose record broke the model (the run's first line when it is not a row's)."""
+    for row in run.rows:
+        try:
+            to_records.imported_result(run, row, "x")
+        except ModelError:
+            return row.line
+    return run.first_line
+
+
 def _write(runs: list[tuple[ToolRun, str]], out: str) -> None:
+    """Append every run not already in --out, all in one write that lands whole or not at all."""
     checked = _records(runs)
-    present = {r.run_id for r in read_runs([out])} if Path(out).is_file() else set()
+    present = {r.run_id for r in read_runs([out]) if r.complete} if Path(out).is_file() else set()
+    batch: list[dict] = []
+    written = []
+    for run, records in checked:
+        where = f"{printable(run.file)}:{run.first_line}"
+        if records[0]["run_id"] in present:
+            print(f"microbench: note: {where}: already in {printable(out)} (run {records[0]['run_id']}); "
+                  "not written again", file=sys.stderr)
+            continue
+        present.add(records[0]["run_id"])
+        batch += records
+        written.append((where, run, records))
     try:
-        output = Output(out)
+        append_whole(out, batch)
     except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    try:
-        for run, records in checked:
-            where = f"{run.file}:{run.first_line}"
-            if records[0]["run_id"] in present:
-                print(f"microbench: note: {where}: already in {out} (run {records[0]['run_id']}); not written again",
-                      file=sys.stderr)
-                continue
-            output.run(records[0])
-            for result in records[1:-1]:
-                output.result(result)
-            output.end(records[-1])
-            benchmarks = ", ".join(dict.fromkeys(r["benchmark"] for r in records[1:-1]))
-            print(f"{where}: {run.tool} {run.tool_version or '(version not printed)'} {benchmarks}: "
-                  f"{len(records) - 2} results, {run.ranks or '?'} ranks, {records[-1]['status']} -> {out} "
-                  f"(run {records[0]['run_id']})")
-    finally:
-        output.close()
+        raise UsageError(f"cannot write {printable(out)}: {exc.strerror or exc}; nothing imported") from None
+    for where, run, records in written:
+        benchmarks = ", ".join(dict.fromkeys(r["benchmark"] for r in records[1:-1]))
+        print(f"{where}: {run.tool} {run.tool_version or '(version not printed)'} {benchmarks}: "
+              f"{len(records) - 2} results, {run.ranks or '?'} ranks, {records[-1]['status']} -> {printable(out)} "
+              f"(run {records[0]['run_id']})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -11,7 +10,6 @@ from microbench.errors import UsageError, printable
 
 #: what a parser raises on a value of an unexpected type or range (a string where a number belongs ...)
 BAD_VALUE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
-MAX_SIZE = 2 ** 62  #: the largest message size an import takes (bytes)
 
 
 @contextlib.contextmanager
@@ -21,21 +19,6 @@ def where(place: str) -> Iterator[None]:
         yield
     except BAD_VALUE as exc:
         raise UsageError(f"{place}: unexpected value ({type(exc).__name__}: {printable(str(exc))[:200]})") from None
-
-
-def row_problem(row: "Row") -> str | None:
-    """What makes a parsed row unfit for a record (None when nothing): a size that is not a whole number
-    from 1 to 2**62, a latency that is not a finite number of at least 0, a count that is not whole."""
-    if not isinstance(row.size_bytes, int) or not 0 <= row.size_bytes <= MAX_SIZE:
-        return f"size {row.size_bytes!r} is not a whole number of bytes from 0 to 2**62"
-    for stat, value in row.latency_us.items():
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            return f"latency {stat} {value!r} us is not a finite number of at least 0"
-    for name in ("iterations", "warmup", "window", "root", "send_bytes", "recv_bytes"):
-        value = getattr(row, name)
-        if value is not None and (not isinstance(value, int) or not 0 <= value <= MAX_SIZE):
-            return f"{name} {value!r} is not a whole number from 0 to 2**62"
-    return None
 
 
 @dataclass

@@ -1,6 +1,9 @@
 """Records from another tool's run: the run, result and end records microbench writes, with their source.
 
-Fields mirror ``microbench run``'s records (``microbench.records.build``) where the tool's output tells them.
+The records are the record model's types (``records.model``), filled through ``relations.make`` as
+``microbench run``'s builders fill them, so an imported record is checked as every record is (types, ranges, the
+relations between its figures) before anything is written. Fields mirror ``microbench run``'s records where
+the tool's output tells them.
 What it does not tell is never guessed: a measurement field (dtype, op, iterations ...) is null, a
 field that has no null form (the run's time, hosts) is left out, and either way it is named in
 ``source.unknown``. The fields of microbench's own timed loop (loop, call_path, timer, cache, pool,
@@ -24,8 +27,8 @@ import microbench
 from microbench.benchmarks.table import COLLECTIVES
 from microbench.importers.parsed import Row, ToolRun
 from microbench.measure.stats import bandwidth_gbps
-from microbench.records import SCHEMA_VERSION
-from microbench.records.build import end_record as build_end_record
+from microbench.records import model, relations
+from microbench.records.model import SCHEMA_VERSION
 
 #: run-record fields a tool's output may not tell (left out when unknown)
 RUN_OPTIONAL = ("time_utc", "command", "hosts", "ranks_per_host")
@@ -44,20 +47,21 @@ def run_id_for(run: ToolRun, digest: str) -> str:
 
 
 def imported_records(run: ToolRun, digest: str) -> list[dict]:
-    """The run record, one result record per row, and the end record."""
+    """The run record, one result record per row, and the end record; ``model.ModelError`` names a record that
+    breaks the model (the caller names the file and line)."""
     run_id = run_id_for(run, digest)
-    results = [result_record(run, row, run_id) for row in run.rows]
-    return [run_record(run, run_id, digest), *results, end_record(run, run_id, len(results))]
+    results = [imported_result(run, row, run_id) for row in run.rows]
+    return [imported_run(run, run_id, digest), *results, imported_end(run, run_id, len(results))]
 
 
-def run_record(run: ToolRun, run_id: str, digest: str) -> dict:
+def imported_run(run: ToolRun, run_id: str, digest: str) -> dict:
     hosts = run.hosts_by_rank
     per_host = {h: hosts.count(h) for h in dict.fromkeys(hosts)} if hosts else None
     known = {"time_utc": run.time_utc, "command": run.command, "hosts": list(per_host) if per_host else None,
              "ranks_per_host": per_host}
     device = {k: run.device.get(k) for k in ("kind", "name", "count") if run.device.get(k) is not None}
     meta = {
-        "type": "run", "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
+        "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
         **{k: v for k, v in known.items() if v is not None}, "backend": run.backend, "ranks": run.ranks,
         "launcher": None, "slurm": None, "mpi": None, "torch": None, "device": device,
         "versions": {k: v for k, v in {run.tool: run.tool_version, **run.versions}.items() if v},
@@ -70,10 +74,10 @@ def run_record(run: ToolRun, run_id: str, digest: str) -> dict:
         "unknown": [k for k, v in known.items() if v is None] + ["launcher", "slurm", "mpi", "conditions"],
         **run.extra_source,
     }
-    return meta
+    return relations.make(model.RunRecord, **meta)
 
 
-def result_record(run: ToolRun, row: Row, run_id: str) -> dict:
+def imported_result(run: ToolRun, row: Row, run_id: str) -> dict:
     coll = COLLECTIVES[row.benchmark]
     n = run.ranks
     send, recv = row.send_bytes, row.recv_bytes
@@ -83,7 +87,7 @@ def result_record(run: ToolRun, row: Row, run_id: str) -> dict:
     avg = row.latency_us.get("avg")
     algbw = bandwidth_gbps(s_bytes, avg) if avg else None
     result = {
-        "type": "result", "run_id": run_id, "benchmark": row.benchmark, "backend": run.backend,
+        "run_id": run_id, "benchmark": row.benchmark, "backend": run.backend,
         "size_bytes": row.size_bytes, "send_bytes": send, "recv_bytes": recv, "ranks": n, "dtype": row.dtype,
         "op": row.op if coll.reduces else None, "in_place": row.in_place if coll.in_place_ok else None,
         "iterations": row.iterations, "warmup": row.warmup, "latency_us": dict(row.latency_us),
@@ -105,10 +109,10 @@ def result_record(run: ToolRun, row: Row, run_id: str) -> dict:
         result["window"] = row.window if coll.name != "latency" else None
     result["source"] = {"tool": run.tool, "line": row.line, "values": dict(row.values),
                         "derived": dict(row.derived), "unknown": unknown}
-    return result
+    return relations.make(model.ResultRecord, **result)
 
 
-def end_record(run: ToolRun, run_id: str, count: int) -> dict:
-    record = build_end_record(run_id, "complete" if run.complete else "incomplete", run.end_reason, count)
-    del record["time_utc"]  # the builder's clock is the import's, not the run's: unknown
-    return record
+def imported_end(run: ToolRun, run_id: str, count: int) -> dict:
+    """The end record (no time: the import's clock is not the run's)."""
+    return relations.make(model.EndRecord, run_id=run_id, status="complete" if run.complete else "incomplete",
+                      reason=run.end_reason, results=count)

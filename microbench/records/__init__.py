@@ -10,20 +10,22 @@ A file holds one or more runs, appended. Each run is:
 
 ``--samples`` writes ``{"type": "samples", ...}`` lines (every rank's raw latencies) to a file of its own; the
 diagnostics add ``cycle``, ``soak`` and ``bisect`` lines, and the pairwise link test writes ``result`` lines of
-benchmark ``pairs`` (a matrix). The JSON Schema of every type is ``schema.json`` here (``schema_path()``); docs/records.md describes every
-field. Readers skip fields they do not know and refuse schema versions newer than ``SCHEMA_VERSION``.
+benchmark ``pairs`` (a matrix); ``microbench replay --out`` writes ``replay`` lines. Every type is declared once in
+``model`` (types, ranges, the relations between figures); the JSON Schema ``schema.json`` here (``schema_path()``) is
+printed from it, and docs/records.md describes every field. Files are found and opened by ``files`` only; readers
+skip fields they do not know and refuse schema versions newer than ``SCHEMA_VERSION``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from microbench.records.build import SCHEMA_VERSION
-from microbench.records.reader import Run, read_results, read_runs
+from microbench.records.model import SCHEMA_VERSION
+from microbench.records.reader import ReadNotes, Run, read_records, read_results, read_runs
 from microbench.records.writer import CSV_COLUMNS, AppendFile, Output, flatten
 
-__all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AppendFile", "Output", "Run", "flatten", "read_results", "read_runs",
-           "schema_path"]
+__all__ = ["SCHEMA_VERSION", "CSV_COLUMNS", "AppendFile", "Output", "ReadNotes", "Run", "flatten", "read_records",
+           "read_results", "read_runs", "schema_path"]
 
 
 def schema_path() -> Path:

@@ -1,8 +1,9 @@
 """Every record a run writes is built here: run, result, pairs result, samples and end records, and the
 diagnostics' cycle, soak and bisect records.
 
-Field by field they are described in docs/records.md and checked by the JSON Schema beside this module
-(``schema.json``). Builders take what the run path computed and lay it out (the run record also collects the system facts of
+Field by field they are declared in ``records.model`` (the schema, ``schema.json``, is printed from it; docs/records.md
+describes them); every builder's record passes ``relations.make`` (types, ranges, the relations between figures)
+before anything writes it. Builders take what the run path computed and lay it out (the run record also collects the system facts of
 ``microbench.cluster.facts``); of the figures they compute only the bandwidths, so a figure in a record has one
 place where its definition can be read.
 """
@@ -14,9 +15,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import microbench
-from microbench.cluster import async_progress, launch
-from microbench.cluster import facts as metadata
+from microbench.cluster import async_progress, facts, launch
 from microbench.measure import stats
+from microbench.records import model, relations
+from microbench.records.model import SCHEMA_VERSION
 
 if TYPE_CHECKING:  # pragma: no cover
     from microbench.benchmarks.dtypes import DType
@@ -27,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from microbench.measure.transport import Transport
     from microbench.options import RunOptions, SizePlan
 
-SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -71,19 +72,18 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
                transport: Transport) -> dict:
     """The first line of a run: what ran where, on which libraries, under which conditions and options."""
     device = transport.device
-    return {
-        "type": "run",
+    return _make(model.RunRecord, {
         "schema": SCHEMA_VERSION,
         "run_id": run_id,
         "microbench_version": microbench.__version__,
-        "time_utc": metadata.utc_now(),
+        "time_utc": facts.utc_now(),
         "command": shlex.join(["microbench", *argv]),
         "backend": opts.backend,
         "ranks": nranks,
         "hosts": list(layout.ranks_per_host),
         "ranks_per_host": layout.ranks_per_host,
         "launcher": launch.discover().launcher,
-        "slurm": metadata.slurm_metadata(),
+        "slurm": facts.slurm_metadata(),
         "mpi": {**transport.lib.as_record(), "thread_level": transport.thread_level} if transport.lib else None,
         "torch": transport.torch_meta,
         "device": {"kind": device.runtime or device.kind, "buffer": opts.buffer, "index": device.index,
@@ -91,25 +91,25 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
                    "staged_through_host": transport.staged, "uuid": device.uuid, "bus_id": device.bus_id,
                    "selected_before_mpi_init": device.selected_before_mpi_init,
                    **({"ranks": transport.gpus} if transport.gpus else {})},
-        "versions": metadata.versions(),
+        "versions": facts.versions(),
         "version_mismatch": layout.version_mismatch,
         "conditions": {
             "huge_pages": opts.huge_pages,
-            "thp": metadata.thp_mode(),
-            "page_size": metadata.page_size(),
+            "thp": facts.thp_mode(),
+            "page_size": facts.page_size(),
             "timer": transport.loop.describe_timer(),
-            "cpu": metadata.cpu_model(),
+            "cpu": facts.cpu_model(),
             "cpus_per_rank": launch.cpu_count(),
             "percentile_rel_error": round(stats.PERCENTILE_REL_ERROR, 5),
             "cache_bytes": transport.cache_bytes,
             "cache_bytes_from": transport.cache_bytes_from(opts),
-            "env": metadata.relevant_env(),
+            "env": facts.relevant_env(),
             "progress": async_progress.describe(opts.backend, (transport.torch_meta or {}).get("backend"),
                                                 transport.thread_level,
                                                 mpi_abi=transport.lib.abi if transport.lib else None),
         },
         "options": asdict(opts),
-    }
+    })
 
 
 def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: int, dtype: DType, in_place: bool,
@@ -136,7 +136,7 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         "cache_evicts": pool.evicts if pool else None,
         "flush": opts.flush, "sync": opts.sync, "huge_pages": opts.huge_pages,
         "huge_page_bytes": figures.huge_page_bytes,
-        "time_utc": metadata.utc_now(), "wall_s": figures.wall_s,
+        "time_utc": facts.utc_now(), "wall_s": figures.wall_s,
     }
     if plan.size_bytes != requested:
         record["requested_bytes"] = requested
@@ -162,7 +162,7 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         record["pairs"] = nranks // 2
         record["window"] = opts.window if coll.windowed else None
         record["pairs_inter_node"] = layout.pairs_inter_node(nranks)
-    return record
+    return _make(model.ResultRecord, record)
 
 
 def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts: RunOptions, nranks: int,
@@ -171,8 +171,8 @@ def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts
     """The pairwise link test's result for one metric: its matrix, outliers and their rules
     (``matrix_fields``, from microbench.run.diagnostics.pairs), with the same core fields as any result."""
     algbw = stats.bandwidth_gbps(plan.size_bytes, latency_us["avg"])
-    return {
-        "type": "result", "run_id": run_id, "benchmark": "pairs", "metric": metric,
+    return _make(model.ResultRecord, {
+        "run_id": run_id, "benchmark": "pairs", "metric": metric,
         "backend": opts.backend, "size_bytes": plan.size_bytes, "send_bytes": plan.io_send_bytes,
         "recv_bytes": plan.io_recv_bytes, "ranks": nranks, "dtype": dtype.name, "op": None,
         "in_place": None, "iterations": iterations, "warmup": warmup, "latency_us": latency_us,
@@ -180,21 +180,21 @@ def pairs_record(*, run_id: str, metric: str, plan: SizePlan, dtype: DType, opts
         "check": check, "first_call_us": None, "loop": loop.kind, "call_path": loop.call_path,
         "cache": "warm", "sync": "none", "window": opts.window if metric == "bandwidth" else None,
         **matrix_fields,
-        "time_utc": metadata.utc_now(), "wall_s": wall_s, **cycle_fields(cycle),
-    }
+        "time_utc": facts.utc_now(), "wall_s": wall_s, **cycle_fields(cycle),
+    })
 
 
 def samples_record(run_id: str, benchmark: str, size_bytes: int, cache: str, rank: int,
                    latency_us: list[float]) -> dict:
     """One rank's raw per-iteration latencies (us) at one size and cache pass (``--samples``)."""
-    return {"type": "samples", "run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
-            "cache": cache, "rank": rank, "latency_us": latency_us}
+    return _make(model.SamplesRecord, {"run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
+                                       "cache": cache, "rank": rank, "latency_us": latency_us})
 
 
 def end_record(run_id: str, status: str, reason: str, results: int) -> dict:
     """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout)."""
-    return {"type": "end", "run_id": run_id, "status": status, "reason": reason,
-            "time_utc": metadata.utc_now(), "results": results}
+    return _make(model.EndRecord, {"run_id": run_id, "status": status, "reason": reason,
+                                   "time_utc": facts.utc_now(), "results": results})
 
 
 # ------------------------------------------------------------------------------ diagnostics (docs/diagnostics.md)
@@ -214,26 +214,26 @@ def _diagnostic_fields(figures: Figures, cycle: dict | None) -> dict:
 
 def cycle_record(run_id: str, cycle: dict, ended_utc: str, wall_s: float, checked: bool, results: list[dict]) -> dict:
     """The end of one soak cycle: its span, how many results it wrote, and which of them failed their check."""
-    return {"type": "cycle", "run_id": run_id, "cycle": cycle["number"], "started_utc": cycle["started_utc"],
+    return _make(model.CycleRecord, {"run_id": run_id, "cycle": cycle["number"], "started_utc": cycle["started_utc"],
             "ended_utc": ended_utc, "wall_s": wall_s, "checked": checked, "results": len(results),
             "check_failed": [{"benchmark": r["benchmark"], "metric": r.get("metric"), "size_bytes": r["size_bytes"],
                               "cache": r.get("cache"), "at": [f["label"] for f in r.get("check_failures") or ()]}
-                             for r in results if r.get("check") == "fail"]}
+                             for r in results if r.get("check") == "fail"]})
 
 
 def soak_record(run_id: str, cycles: list[int], configurations: list[dict]) -> dict:
     """A soak run's summary over its finished cycles (microbench.run.diagnostics.soak.summarize makes ``configurations``)."""
-    return {"type": "soak", "run_id": run_id, "time_utc": metadata.utc_now(), "cycles": cycles,
-            "configurations": configurations}
+    return _make(model.SoakRecord, {"run_id": run_id, "time_utc": facts.utc_now(), "cycles": cycles,
+                                    "configurations": configurations})
 
 
 def bisect_record(*, run_id: str, benchmark: str, size_bytes: int, dtype: str, iterations: int, warmup: int,
                   loop: LoopFacts | None, search: dict, wall_s: float, cycle: dict | None = None) -> dict:
     """The bisection's path and suspects (``search``, from microbench.run.diagnostics.bisection), with what each round measured."""
-    return {"type": "bisect", "run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
+    return _make(model.BisectRecord, {"run_id": run_id, "benchmark": benchmark, "size_bytes": size_bytes,
             "dtype": dtype, "iterations": iterations, "warmup": warmup,
             "loop": loop.kind if loop else None, "call_path": loop.call_path if loop else None,
-            **search, "time_utc": metadata.utc_now(), "wall_s": wall_s, **cycle_fields(cycle)}
+            **search, "time_utc": facts.utc_now(), "wall_s": wall_s, **cycle_fields(cycle)})
 
 
 # ------------------------------------------------------------------------------ replay (docs/replay.md)
@@ -241,14 +241,19 @@ def replay_record(*, run_id: str, argv: list[str], backend: str, layout: Layout,
                   summary: dict) -> dict:
     """One replay (microbench replay --out): where it ran and under which conditions, then its summary (the
     workload, measured figures, prediction and comparison, as ``microbench.replay.cli`` builds them)."""
-    return {
-        "type": "replay", "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
-        "time_utc": metadata.utc_now(), "command": shlex.join(["microbench", *argv]), "backend": backend,
+    return _make(model.ReplayRecord, {
+        "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
+        "time_utc": facts.utc_now(), "command": shlex.join(["microbench", *argv]), "backend": backend,
         "ranks": len(layout.hosts_by_rank), "hosts": list(layout.ranks_per_host),
         "ranks_per_host": layout.ranks_per_host, "launcher": launch.discover().launcher,
-        "slurm": metadata.slurm_metadata(), "mpi": mpi, "versions": metadata.versions(),
+        "slurm": facts.slurm_metadata(), "mpi": mpi, "versions": facts.versions(),
         "version_mismatch": layout.version_mismatch,
-        "conditions": {"thp": metadata.thp_mode(), "page_size": metadata.page_size(), "cpu": metadata.cpu_model(),
-                       "cpus_per_rank": launch.cpu_count(), "env": metadata.relevant_env()},
+        "conditions": {"thp": facts.thp_mode(), "page_size": facts.page_size(), "cpu": facts.cpu_model(),
+                       "cpus_per_rank": launch.cpu_count(), "env": facts.relevant_env()},
         **summary,
-    }
+    })
+
+
+def _make(kind: type[model.Record], fields: dict) -> dict:
+    """``relations.make`` of a builder's dictionary (its ``type`` is the kind's)."""
+    return relations.make(kind, **{k: v for k, v in fields.items() if k != "type"})

@@ -1,4 +1,5 @@
-"""Checking records against the JSON Schema (``schema.json``); needs ``jsonschema`` (the ``test`` extra).
+"""Checking records files: against the record model (what every reader checks), and against the JSON Schema
+printed from it (``schema.json``, for other tools; needs ``jsonschema``, the ``test`` extra).
 
     python -m microbench.records.validate FILE.jsonl...   # one line per problem, exit 1 if any
 """
@@ -11,9 +12,8 @@ import sys
 from pathlib import Path
 
 from microbench.records import schema_path
-from microbench.records.files import read_capped
-
-RECORD_TYPES = ("run", "result", "end", "samples", "cycle", "soak", "bisect", "replay")
+from microbench.records.files import as_results_file, lines
+from microbench.records.model import RECORD_TYPES
 
 
 @functools.lru_cache(maxsize=1)
@@ -23,8 +23,8 @@ def _validators() -> dict:
     schema = json.loads(schema_path().read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     registry_root = {k: v for k, v in schema.items() if k != "oneOf"}
-    return {kind: jsonschema.Draft202012Validator({**registry_root, "$ref": f"#/$defs/{kind}"})
-            for kind in RECORD_TYPES}
+    return {kind: jsonschema.Draft202012Validator({**registry_root, "$ref": f"#/$defs/{struct.__name__}"})
+            for kind, struct in RECORD_TYPES.items()}
 
 
 def problems(record: object) -> list[str]:
@@ -42,9 +42,7 @@ def _no_constant(name: str):
 def file_problems(path: str | Path) -> list[str]:
     """Every problem of every line of a JSONL file, as 'file:line: ...' (an unparsable line is one)."""
     out = []
-    for lineno, raw in enumerate(read_capped(Path(path)).split(b"\n"), 1):
-        if not raw.strip():
-            continue
+    for lineno, raw in lines(as_results_file(Path(path))):
         try:
             record = json.loads(raw.decode(), parse_constant=_no_constant)
         except UnicodeDecodeError:
@@ -60,8 +58,35 @@ def file_problems(path: str | Path) -> list[str]:
     return out
 
 
+def model_problems(path: str | Path) -> list[str]:
+    """Every problem the record model finds in a JSONL file, as 'file:line: ...' (a line that is not a microbench
+    record is one): what the readers would refuse or skip."""
+    import msgspec
+
+    from microbench.records import relations
+    from microbench.records.reader import FOREIGN, decode_line
+    from microbench.errors import UsageError
+
+    out = []
+    for lineno, raw in lines(as_results_file(Path(path))):
+        where = f"{path}:{lineno}"
+        try:
+            record = decode_line(raw, where)
+        except UsageError as exc:
+            out.append(str(exc))
+            continue
+        if record is None or record is FOREIGN:
+            out.append(f"{where}: not a microbench record")
+            continue
+        problem = relations.problems(record, complete=not msgspec.structs.asdict(record).get("source"))
+        if problem:
+            out.append(f"{where}: {problem}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    found = [p for path in (argv if argv is not None else sys.argv[1:]) for p in file_problems(path)]
+    paths = argv if argv is not None else sys.argv[1:]
+    found = [p for path in paths for p in (*model_problems(path), *file_problems(path))]
     for p in found:
         print(p)
     return 1 if found else 0

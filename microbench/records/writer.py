@@ -1,8 +1,15 @@
 """The one writer: every record of a run goes to the table, the JSONL file, the CSV file and the samples
-file from here, each record one write(2) followed by fsync, so a killed job keeps every finished line."""
+file from here, each record one write(2) followed by fsync, so a killed job keeps every finished line.
+
+Every line written is whole: a file whose last line was cut (a job killed mid-write by an older writer, a
+disk that filled) gets a newline before the first new record, so the new run's lines are never glued to the
+fragment. An output that is a symbolic link is refused (``O_NOFOLLOW``): a link planted in a results folder
+cannot make the writer append to another file. Records given to ``Output`` are the builders' (``records.build``),
+which pass the record model; ``append_whole`` writes a batch (an import) that lands complete or not at all."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -31,13 +38,28 @@ def flatten(result: dict) -> dict:
     return row
 
 
+def open_append(path: str | os.PathLike) -> int:
+    """A descriptor appending to ``path`` (created, with its missing folders), never through a symbolic link
+    (``OSError`` ELOOP names it), positioned after a newline: a file whose last line lacks one gets it first."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 class AppendFile:
-    """A file opened for appending where each record is one write(2) followed by fsync."""
+    """A file opened for appending where each record is one write(2) followed by fsync (``open_append``)."""
 
     def __init__(self, path: str):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = open_append(path)
 
     def write(self, text: str) -> None:
         if self.fd is None:  # closed: the run already ended (a signal or the watchdog closed the records)
@@ -60,6 +82,43 @@ class AppendFile:
 def json_line(record: dict) -> str:
     """A record as one JSON line (compact; NaN and infinity refused)."""
     return json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def append_whole(path: str | os.PathLike, records: list[dict]) -> None:
+    """Append ``records`` to ``path`` as one write, then fsync; on any failure (a full disk, a file-size limit)
+    the file is cut back to its size before, so the batch lands whole or not at all. ``OSError`` says why."""
+    data = "".join(json_line(r) for r in records).encode()
+    fd = open_append(path)
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, before)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(fd: int):
+    """An exclusive advisory lock on an open file (where the OS has flock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 class _FileLock:
@@ -98,7 +157,7 @@ class Output:
         self._jsonl = AppendFile(jsonl_path) if jsonl_path else None
         self._csv = AppendFile(csv_path) if csv_path else None
         self._samples = AppendFile(samples_path) if samples_path else None
-        self._csv_header_done = bool(self._csv and not self._csv.is_empty())
+        self._csv_header_done = False  #: decided at the first row, under the file's lock
         self._table = table
         self.results: list[dict] = []
         self.closed = False
@@ -144,14 +203,20 @@ class Output:
             self.results.append(result)
             self._json(result)
             if self._csv:
-                buf = io.StringIO()
-                writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-                if not self._csv_header_done:
-                    writer.writeheader()
-                    self._csv_header_done = True
-                writer.writerow(flatten(result))
-                self._csv.write(buf.getvalue())
+                self._csv_row(result)
             self._show("result", result)
+
+    def _csv_row(self, result: dict) -> None:
+        """One CSV row, after the header if the file is empty: decided under an exclusive lock on the file, so
+        two runs writing to one new CSV file write one header between them."""
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        with _locked(self._csv.fd):
+            if not self._csv_header_done and self._csv.is_empty():
+                writer.writeheader()
+            self._csv_header_done = True
+            writer.writerow(flatten(result))
+            self._csv.write(buf.getvalue())
 
     def samples(self, records: list[dict]) -> None:
         """Raw per-iteration samples (``--samples``), one record per rank, in one write."""

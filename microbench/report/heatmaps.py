@@ -11,7 +11,7 @@ from __future__ import annotations
 from microbench.benchmarks.table import PAIRS
 from microbench.report.loaded import Loaded
 from microbench.report.markup import Section, el, empty, esc, notes, svg_root, text_el
-from microbench.run.diagnostics.outliers import node_outliers, outliers
+from microbench.measure.outliers import node_outliers, outliers
 
 CELL_MAX, GRID_MAX, LABEL_W = 44, 520, 90
 COLORMAP = "YlOrRd"

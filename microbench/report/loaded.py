@@ -15,9 +15,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable
 
-import msgspec
-
+from microbench.errors import UsageError
 from microbench.records import Run
+from microbench.records.reader import read_run as read_run_records
 from microbench.results.columns import RunInfo, Table
 from microbench.results.load import load_table, run_time, unique_labels
 from microbench.results.metrics import LATENCY_STATS
@@ -73,44 +73,19 @@ def load(paths: Iterable[str | os.PathLike], newest: int = DEFAULT_NEWEST,
     return Loaded(table, order, run_names(table.runs), shown, {i: read_run(table, i) for i in shown})
 
 
-_LINE = msgspec.json.Decoder(dict)
-
-
 def read_run(table: Table, run: int) -> Run:
-    """One table run's lines, read from its file: with a run id, only lines naming it are decoded; without
-    one, the file's id-less runs are matched by their place (as the table met them). What cannot be read
-    leaves the table's run line and end status."""
+    """One table run's records, read again from its file (``records.read_run``: only lines naming its id are
+    decoded). What cannot be read leaves the table's run line and end status."""
     info: RunInfo = table.runs[run]
+    fallback = Run(info.meta, [], info.end, info.source)
     if not info.run_id:
-        from microbench.records import read_runs
-
-        place = sum(1 for r in table.runs[:run] if not r.run_id and r.source == info.source)
-        try:
-            idless = [r for r in read_runs([info.source]) if not r.run_id]
-        except OSError:  # a file gone since: the table's view stands
-            idless = []
-        return idless[place] if place < len(idless) else Run(info.meta, [], info.end, info.source)
+        return fallback
     try:
-        with open(info.source, "rb") as f:
-            data = f.read()
-    except OSError:
-        return Run(info.meta, [], info.end, info.source)
-    needle = info.run_id.encode()
-    out = Run(info.meta, [], info.end, info.source)
-    for line in data.splitlines():
-        if needle not in line:
-            continue
-        try:
-            rec = _LINE.decode(line)
-        except msgspec.DecodeError:
-            continue
-        if rec.get("run_id") != info.run_id:
-            continue
-        kind = rec.get("type")
-        if kind == "result":
-            out.results.append(rec)
-        elif kind == "run":
-            out.meta = rec
-        elif kind == "end":
-            out.end = rec
-    return out
+        found = read_run_records(info.source, info.run_id)
+    except (OSError, UsageError):  # a file gone or changed since: the table's view stands
+        return fallback
+    if found is None:
+        return fallback
+    if not found.meta:
+        found.meta = info.meta
+    return found

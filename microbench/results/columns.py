@@ -4,12 +4,13 @@ A ``Table`` is what ``load.load_table`` makes of JSONL files (``scan`` decodes t
 this). Per row: the run it belongs to (``run``, an index into ``runs``), its configuration (``config``, an
 index into ``configs``, each a ``keys.ConfigKey`` that includes the size), the size asked for
 (``requested``, -1 when the record does not say), the latency statistics read (``latency[stat]``, us, NaN
-when absent), the bandwidth inputs (``algbw_bytes``, ``busbw_factor``) and the recorded bandwidths (GB/s),
-the rank skew (``stragglers.skew``),
-and the data-check state (``check``, an index into ``check_states``). The overlap figures of the
-non-blocking records are numbers too, kept for their rows only (``overlap_row`` and ``overlap``). Pairs-test
-matrices and outliers are kept for their few rows only (``extras``). A run is a ``RunInfo``: its run line's
-report fields and end status. Nothing is one Python dictionary per record.
+when absent), every number the metrics table reads (``numbers[path]`` by record path: the bandwidth inputs
+and recorded bandwidths, the first call, the rank skew, the recomputed outlier count), and the data-check
+state (``check``, an index into ``check_states``). The overlap figures of the non-blocking records are numbers
+too, kept for their rows only (``overlap_row`` and ``overlap``). Pairs-test matrices and outliers are kept
+for their few rows only (``extras``). A run is a ``RunInfo``: its run line's report fields and end status.
+Nothing is one Python dictionary per record. ``values(metric, stat)`` is the metrics table's ``compute`` on
+these columns.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from microbench.results.keys import ConfigKey
-from microbench.results.metrics import OUTLIERS, OVERLAP, SKEW
 from microbench.records import Run
+from microbench.results import metrics
+from microbench.results.keys import ConfigKey
 
 
 #: The overlap figures read from a non-blocking record's ``overlap.overlap_pct`` (%), by column name: OMB's
@@ -29,8 +30,8 @@ from microbench.records import Run
 OVERLAP_FIELDS = {"omb_avg": ("omb", "avg"), "omb_min": ("omb", "min"), "omb_max": ("omb", "max"),
                   "omb_p50": ("omb", "p50_based"), "imb_avg": ("imb", "avg"), "imb_min": ("imb", "min"),
                   "imb_max": ("imb", "max")}
-#: The overlap column a spec's overlap statistic reads (``metrics.metric_value``'s choice).
-OVERLAP_STAT_COLUMN = {"avg": "omb_avg", "min": "omb_min", "max": "omb_max", "p50": "omb_p50"}
+#: The record path of each overlap column.
+OVERLAP_PATHS = {f"overlap.overlap_pct.{family}.{stat}": name for name, (family, stat) in OVERLAP_FIELDS.items()}
 
 
 def overlap_numbers(block: object) -> list[float]:
@@ -69,11 +70,7 @@ class Table:
     size: np.ndarray  #: int64 per row: size_bytes (-1 when the record has none)
     requested: np.ndarray  #: int64 per row: requested_bytes (-1 when the record has none)
     latency: dict[str, np.ndarray]  #: stat -> float64 per row, us (NaN: the record lacks it)
-    algbw_bytes: np.ndarray  #: float64 per row: S of the bandwidth formula (bytes)
-    busbw_factor: np.ndarray  #: float64 per row
-    algbw_gbps: np.ndarray  #: float64 per row: the recorded algbw (GB/s)
-    busbw_gbps: np.ndarray  #: float64 per row: the recorded busbw (GB/s)
-    skew: np.ndarray  #: float64 per row: stragglers.skew, slowest over fastest rank mean (NaN: none)
+    numbers: dict[str, np.ndarray]  #: record path -> float64 per row (``metrics.NUMBER_COLUMNS``; NaN: absent)
     check: np.ndarray  #: int16 per row: index into check_states
     check_states: list  #: the distinct ``check`` values (None, "pass", "fail", ...)
     extras: dict[int, dict] = field(default_factory=dict)  #: row -> pairs fields (matrix, labels, outliers)
@@ -108,10 +105,23 @@ class Table:
         owners = self.run if rows is None else self.run[rows]
         return [int(i) for i in np.unique(owners)]
 
+    def number(self, path: str) -> np.ndarray:
+        """The column of one record path for every row: a latency statistic (``latency_us.p50``), an overlap
+        figure (dense, NaN outside the non-blocking rows), or one of ``numbers``."""
+        if path.startswith("latency_us."):
+            return self.latency[path[len("latency_us."):]]
+        if path in OVERLAP_PATHS:
+            out = np.full(len(self), np.nan)
+            if len(self.overlap_row):
+                out[self.overlap_row] = self.overlap[OVERLAP_PATHS[path]]
+            return out
+        return self.numbers[path]
+
     def values(self, metric: str, stat: str | None) -> np.ndarray:
-        """``metrics.metric_value`` for every row at once (float64, NaN where a record lacks it)."""
+        """The metric for every row at once (``metrics.TABLE[metric].compute``; float64, NaN where a record
+        lacks it)."""
         if (metric, stat) not in self._computed:
-            self._computed[(metric, stat)] = self._values(metric, stat)
+            self._computed[(metric, stat)] = metrics.values(_Columns(self), metric, stat)
         return self._computed[(metric, stat)]
 
     def forget_values(self) -> None:
@@ -119,42 +129,13 @@ class Table:
         computes what each part needs and moves on."""
         self._computed.clear()
 
-    def _values(self, metric: str, stat: str | None) -> np.ndarray:
-        if metric == SKEW:
-            return self.skew
-        if metric == OVERLAP:  # OMB's overlap of the non-blocking records (metric_value's choice of field)
-            out = np.full(len(self), np.nan)
-            column = OVERLAP_STAT_COLUMN.get(stat or "")
-            if column is not None and len(self.overlap_row):
-                out[self.overlap_row] = self.overlap[column]
-            return out
-        if metric == OUTLIERS:
-            out = np.full(len(self), np.nan)
-            for row, extra in self.extras.items():
-                found = extra.get("outliers")
-                if isinstance(found, list):
-                    out[row] = len(found) + len(extra.get("node_outliers") or ())
-            return out
-        latency = self.latency[stat]
-        if metric == "latency":
-            return latency
-        factor = self.busbw_factor if metric == "busbw" else np.ones(len(self))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            computed = self.algbw_bytes / (latency * 1e-6) / 1e9 * factor
-        usable = (latency > 0) & np.isfinite(computed)
-        if stat == "avg":
-            recorded = self.algbw_gbps if metric == "algbw" else self.busbw_gbps
-            return np.where(usable, computed, recorded)
-        return np.where(usable, computed, np.nan)
-
     def take(self, rows: np.ndarray) -> "Table":
         """A table of ``rows`` only (sorted row indices), sharing runs and configurations; pairs fields and
         overlap figures are left out (for tools that follow latency and bandwidth)."""
         return Table(runs=self.runs, configs=self.configs, run=self.run[rows], config=self.config[rows],
                      size=self.size[rows], requested=self.requested[rows],
-                     latency={s: a[rows] for s, a in self.latency.items()}, algbw_bytes=self.algbw_bytes[rows],
-                     busbw_factor=self.busbw_factor[rows], algbw_gbps=self.algbw_gbps[rows],
-                     busbw_gbps=self.busbw_gbps[rows], skew=self.skew[rows], check=self.check[rows],
+                     latency={s: a[rows] for s, a in self.latency.items()},
+                     numbers={p: a[rows] for p, a in self.numbers.items()}, check=self.check[rows],
                      check_states=self.check_states)
 
     def record(self, row: int) -> dict[str, Any]:
@@ -173,6 +154,16 @@ class Table:
                     pct.setdefault(family, {})[stat] = float(self.overlap[name][at])
             rec["overlap"] = {"overlap_pct": pct}
         return rec
+
+
+class _Columns:
+    """A table's columns by record path, as ``metrics`` reads them."""
+
+    def __init__(self, table: Table):
+        self.table = table
+
+    def __getitem__(self, path: str) -> np.ndarray:
+        return self.table.number(path)
 
 
 def per_run_medians(config: np.ndarray, run: np.ndarray, values: np.ndarray

@@ -1,9 +1,11 @@
 """A cache of decoded files: each JSONL file's ``FilePart`` kept as msgpack, rebuilt when the file changes.
 
 The JSONL files stay the system of record; the index is only a faster way to read them again. One entry
-per results file, named by a hash of the file's absolute path, holds the part and the file's stamp (size,
-modification time in ns, inode, device) taken before the file was read. An entry is used only while the
-file's stamp is still the same: a nightly job appending a run changes the size, so the file is decoded
+per results file, named by a hash of the file's absolute path (its bytes, so names that are not UTF-8 work), holds
+the part and the file's stamp (size, modification and change times in ns, inode, device) taken when the file was
+found. An entry is used only while the file's stamp is still the same: a nightly job appending a run changes the
+size, and a file replaced by another of the same size and modification time (``tar``, ``cp -p``, which set the
+modification time from the sender) has a new change time, which nobody can set; either way the file is decoded
 again and its entry rewritten. Entries are written to a temporary name and renamed into place, so a
 reader never sees half an entry; an unreadable or foreign entry is ignored and rewritten.
 
@@ -38,14 +40,14 @@ from typing import Iterable, Iterator
 import msgspec
 
 from microbench.cluster.facts import fork_workers
-from microbench.results.keys import KEY_FIELDS
-from microbench.results.parts import FilePart, PartMaker
-from microbench.results.scan import ScanNotes, decode_file
 from microbench.records import SCHEMA_VERSION
+from microbench.records.files import ResultsFile
+from microbench.results.keys import KEY_FIELDS
+from microbench.results.parts import NUMBERS, FilePart, PartMaker
+from microbench.results.scan import ScanNotes, decode_file, result_paths
 
-#: the entry layout (7: option fields typed as the schema declares, so a file refused now may have an entry of an
-#: earlier format); entries of another layout, schema or set of key fields are never read
-FORMAT = 8  #: 8: microbench's own unread record types (samples, bisect, replay, ...) no longer counted foreign
+#: the entry layout; entries of another layout, schema, set of key fields or of numbers read are never read
+FORMAT = 9  #: 9: the record model (relations checked, records attached by run id, outliers recomputed, ctime)
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers
@@ -85,22 +87,17 @@ def read_workers() -> int:
     return fork_workers("MICROBENCH_READ_WORKERS", MAX_WORKERS)
 
 
-def stamp_of(path: Path) -> list[int]:
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
-
-
 def entry_path(folder: Path, path: Path) -> Path:
-    name = f"{FORMAT}:{SCHEMA_VERSION}:{','.join(KEY_FIELDS)}:{os.path.abspath(path)}"
-    return folder / f"{hashlib.sha1(name.encode()).hexdigest()}.mbx"
+    """The entry of a results file: a hash of the index layout, what a part holds, and the file's absolute path."""
+    layout = f"{FORMAT}:{SCHEMA_VERSION}:{','.join(KEY_FIELDS)}:{','.join(NUMBERS)}:{','.join(sorted(result_paths()))}:"
+    return folder / f"{hashlib.sha1(layout.encode() + os.fsencode(os.path.abspath(path))).hexdigest()}.mbx"
 
 
 @dataclass
 class _Slot:
     """One file on its way through ``PartReader.parts``: its part, or the worker task that makes it."""
 
-    path: Path
-    stamp: list[int]
+    file: ResultsFile
     part: FilePart | None = None
     entry: str | None = None  #: where a worker stores the index entry (None: not stored)
     future: Future | None = None  #: the worker task holding this file
@@ -109,7 +106,7 @@ class _Slot:
 
 def _submit(pool: ProcessPoolExecutor, batch: list[_Slot]) -> None:
     """One worker task for the files of ``batch`` (emptied)."""
-    future = pool.submit(_decode_in_worker, [(str(s.path), s.stamp, s.entry) for s in batch])
+    future = pool.submit(_decode_in_worker, [(s.file, s.entry) for s in batch])
     for position, slot in enumerate(batch):
         slot.future, slot.position = future, position
     batch.clear()
@@ -128,7 +125,7 @@ class PartReader:
             self.folder = None
         self.writable = self.folder is not None
 
-    def parts(self, paths: Iterable[Path]) -> Iterator[tuple[Path, FilePart]]:
+    def parts(self, paths: Iterable[ResultsFile]) -> Iterator[tuple[ResultsFile, FilePart]]:
         """(file, part) of each file, in the order given; see the module's text for when workers decode."""
         paths = list(paths)
         pool: ProcessPoolExecutor | None = None
@@ -139,10 +136,10 @@ class PartReader:
         workers: int | None = None  #: decided at the first file to decode with PARALLEL_FROM or more left
         window = 1
         try:
-            for index, path in enumerate(paths):
-                slot = _Slot(path, stamp_of(path))
-                entry = entry_path(self.folder, path) if self.folder else None
-                slot.part = self._cached(entry, slot.stamp) if entry else None
+            for index, found in enumerate(paths):
+                slot = _Slot(found)
+                entry = entry_path(self.folder, found.path) if self.folder else None
+                slot.part = self._cached(entry, found.stamp) if entry else None
                 if slot.part is not None:
                     self.notes.cached += 1
                 elif workers is None and len(paths) - index >= PARALLEL_FROM:
@@ -156,7 +153,7 @@ class PartReader:
                     if len(batch) == BATCH:
                         _submit(pool, batch)
                 elif slot.part is None:
-                    slot.part = self.maker.make(decode_file(path), slot.stamp)
+                    slot.part = self.maker.make(decode_file(found), found.stamp)
                     if entry and self.writable:
                         writer = writer or ThreadPoolExecutor(1, thread_name_prefix="microbench-index")
                         writes.append(writer.submit(self._write_entry, entry, _ENCODER.encode(slot.part)))
@@ -182,13 +179,17 @@ class PartReader:
         if self.writable and not _store(entry, data):
             self.writable = False
 
-    def _finish(self, slot: _Slot) -> tuple[Path, FilePart]:
+    def _finish(self, slot: _Slot) -> tuple[ResultsFile, FilePart]:
         if slot.part is None:
             data, stored = slot.future.result()[slot.position]
             self.writable = self.writable and stored
             slot.part = _DECODER.decode(data)
-        self.notes.add(slot.path, slot.part.bad_lines, slot.part.foreign, slot.stamp[0])
-        return slot.path, slot.part
+        part = slot.part
+        self.notes.add(slot.file.path, part.bad_lines, part.foreign, slot.file.size, part.orphans)
+        if part.outliers_differ:
+            self.notes.other.append(f"{slot.file.path}: {part.outliers_differ} pairs record(s) list outliers "
+                                    "other than their matrix flags: judged on what the matrix flags")
+        return slot.file, part
 
     @staticmethod
     def _cached(entry: Path, stamp: list[int]) -> FilePart | None:
@@ -216,13 +217,13 @@ def _store(entry: Path, data: bytes) -> bool:
 _WORKER_MAKER: PartMaker | None = None
 
 
-def _decode_in_worker(files: list[tuple[str, list[int], str | None]]) -> list[tuple[bytes, bool]]:
-    """In a worker: per (file, stamp, entry) its part as msgpack, stored as an entry when ``entry`` is
-    given; [(data, stored)]."""
+def _decode_in_worker(files: list[tuple[ResultsFile, str | None]]) -> list[tuple[bytes, bool]]:
+    """In a worker: per (file, entry) its part as msgpack, stored as an entry when ``entry`` is given;
+    [(data, stored)]."""
     global _WORKER_MAKER
     _WORKER_MAKER = _WORKER_MAKER or PartMaker()
     out = []
-    for path, stamp, entry in files:
-        data = _ENCODER.encode(_WORKER_MAKER.make(decode_file(Path(path)), stamp))
+    for found, entry in files:
+        data = _ENCODER.encode(_WORKER_MAKER.make(decode_file(found), found.stamp))
         out.append((data, _store(Path(entry), data) if entry else True))
     return out

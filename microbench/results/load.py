@@ -45,8 +45,8 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
     try:
         copies = RunCopies()
         for path, part in reader.parts(jsonl_paths(paths, notes)):
-            copies.check(part, str(path))
-            builder.add(part, str(path))
+            copies.check(part, str(path.path))
+            builder.add(part, str(path.path))
     finally:
         gc.enable()
     table = builder.table()
@@ -63,22 +63,31 @@ def load_table(paths: Iterable[str | os.PathLike], what: str = "results", stats:
 
 class RunCopies:
     """Each run id's first file, to tell an identical copy of a run (read once) from a different run under the
-    same id (an error). Contents are compared (``run_digests``) only when an id comes again: the first file's
-    part is then made again from the file, so reading distinct runs costs one look-up per run."""
+    same id (an error), and a run copied under another id (an error: one run counted twice). Contents are
+    compared (``run_digests``) only when an id comes again, or when a run's signature (its run and end lines
+    without the id, its first result's time and its row count) matches another run's: the first file's part is
+    then made again from the file, so reading distinct runs costs a look-up and a small hash per run."""
 
     def __init__(self):
         self.first: dict[str, str] = {}
+        self.signatures: dict[bytes, tuple[str, str]] = {}  #: signature -> (run id, file)
         self.parts: dict[str, FilePart] = {}  #: first files made again, by path
 
     def check(self, part: FilePart, source: str) -> None:
         again = []
+        counts = np.bincount(part.column("owner"), minlength=len(part.runs)) if part.rows else [0] * len(part.runs)
         for run, meta in enumerate(part.runs):
             run_id = meta.get("run_id")
-            if isinstance(run_id, str):
-                if run_id in self.first:
-                    again.append((run, run_id))
-                else:
-                    self.first[run_id] = source
+            if not isinstance(run_id, str):
+                continue
+            if run_id in self.first:
+                again.append((run, run_id))
+                continue
+            self.first[run_id] = source
+            signature = _signature(part, run, int(counts[run]))
+            other = self.signatures.setdefault(signature, (run_id, source))
+            if other[0] != run_id:
+                self._same_under_another_id(part, run, run_id, source, other)
         if not again:
             return
         digests = run_digests(part)
@@ -88,17 +97,35 @@ class RunCopies:
             mine = digests[run]
             theirs = [d for i, d in run_digests(earlier).items() if earlier.runs[i].get("run_id") == run_id]
             if any(d != mine for d in theirs):
-                raise UsageError(f"run {printable(run_id)!r} is in {first} and in {source} with different "
-                                 "contents; leave one of them out")
+                raise UsageError(f"run {printable(run_id)!r} is in {printable(first)} and in {printable(source)} "
+                                 "with different contents; leave one of them out")
+
+    def _same_under_another_id(self, part: FilePart, run: int, run_id: str, source: str,
+                               other: tuple[str, str]) -> None:
+        other_id, other_file = other
+        earlier = part if other_file == source else self._part(other_file)
+        theirs = [d for i, d in run_digests(earlier, with_id=False).items()
+                  if earlier.runs[i].get("run_id") == other_id]
+        if run_digests(part, with_id=False)[run] in theirs:
+            raise UsageError(f"run {printable(run_id)!r} in {printable(source)} is a copy of run "
+                             f"{printable(other_id)!r} in {printable(other_file)} under another id (the same "
+                             "records): one run would count twice; leave one of them out")
 
     def _part(self, path: str) -> FilePart:
         if path not in self.parts:
-            self.parts[path] = PartMaker().make(decode_file(Path(path)), [])
+            self.parts[path] = PartMaker().make(decode_file(path), [])
         return self.parts[path]
 
 
-def run_digests(part: FilePart) -> dict[int, bytes]:
-    """A digest of each run of a part: its run and end lines and every row (configuration, numbers, check)."""
+def _signature(part: FilePart, run: int, rows: int) -> bytes:
+    meta = {k: v for k, v in part.runs[run].items() if k != "run_id"}
+    return hashlib.sha1(msgspec.json.encode([meta, part.ends[run], part.result_times[run], rows],
+                                            order="sorted")).digest()
+
+
+def run_digests(part: FilePart, with_id: bool = True) -> dict[int, bytes]:
+    """A digest of each run of a part: its run and end lines (without the run id unless ``with_id``) and every
+    row (configuration, numbers, check, and the pairs and overlap figures the gates judge)."""
     owner = part.column("owner")
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(len(part.runs) + 1))
@@ -108,9 +135,11 @@ def run_digests(part: FilePart) -> dict[int, bytes]:
     out = {}
     for run, meta in enumerate(part.runs):
         rows = order[bounds[run]:bounds[run + 1]]
-        h = hashlib.sha1(msgspec.json.encode([meta, part.ends[run]], order="sorted"))
+        shown = meta if with_id else {k: v for k, v in meta.items() if k != "run_id"}
+        h = hashlib.sha1(msgspec.json.encode([shown, part.ends[run]], order="sorted"))
         h.update(msgspec.json.encode([configs[c] for c in part.column("config")[rows]]))
         h.update(msgspec.json.encode([checks[c] for c in check[rows]]))
+        h.update(msgspec.json.encode([part.extras.get(int(r)) for r in rows], order="sorted"))
         for col in columns:
             h.update(np.ascontiguousarray(col[rows]).tobytes())
         out[run] = h.digest()

@@ -1,224 +1,170 @@
-"""Streaming the JSON Lines records for the gate tools: each file decoded once, only the fields they read.
+"""Decoding JSON Lines records for the gate tools: each file decoded once, only the fields they read.
 
-The JSONL files are the system of record (``microbench.records.writer`` writes them); this module reads them fast and in
-bounded memory. A file is read whole (one nightly file is a few hundred kB) and decoded by msgspec into
-small typed structs that hold only the fields a gate tool reads: the configuration key, the latency
-statistics asked for, bandwidth inputs, check state, pairs matrices (kept as raw JSON until drawn), and
-from run lines the conditions a report names (hosts, MPI library, versions, environment). Every other
-field is skipped by the decoder without building a Python object, which is what makes a year of
-nightlies a second's work (docs/results-at-scale.md has the measurements).
+The columnar view of the one way records are read (``records.reader`` is the row view). A file is read in
+chunks of whole lines (``records.files``) and decoded by msgspec into a projection of the record model
+(``records.projection.project``): the same types and ranges as the full records, reduced to the fields a gate
+tool reads (the configuration key, the latency statistics, the numbers the metrics table reads, check state,
+pairs matrices, overlap figures, and from run lines the conditions a report names). Every other field is
+skipped by the decoder without building a Python object, which is what makes a year of nightlies a second's
+work (docs/results-at-scale.md). The relations between figures that the model declares are checked on the
+columns the part builder makes (``results.parts``), with the same code that checks one record.
 
-Files are found and opened as every reader does (``records.files``: regular files below folders, each
-folder once, a size cap, a leading byte-order mark dropped). What the scanner tolerates, and says: a line
-that is not JSON (a truncated or corrupt line, anywhere in a file) is skipped and noted with its file and
-line number; a JSON line that is not a microbench record (no microbench ``type``: another tool's import) is
-skipped and counted; microbench's own records that the gate tools do not read (``UNREAD_TYPES``) are skipped. What it refuses, naming the file and line (UsageError): a run line whose
-schema is not one this reader knows (checked on the line as written, before its other fields: they may
-mean something else), and a microbench record whose fields break the schema (``TYPED_FIELDS``: a type, a
-negative latency or bandwidth, a size beyond ``MAX_COUNT``), bytes that are not UTF-8, nesting too deep.
+What is skipped, and said (``records.reader.ReadNotes``): a line that is not JSON (a truncated or corrupt
+line, anywhere in a file, or a line longer than a line may be); a JSON line that is not a microbench record
+(another tool's); microbench's own records the gate tools do not read (samples, cycles, soak summaries,
+bisections, replays), silently. What is refused, naming FILE:LINE (UsageError): a record of a newer schema
+(checked before its other fields, which may mean something else), a microbench record whose fields break the
+model, bytes that are not UTF-8, nesting too deep.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-from typing import Annotated, Any, Iterable, Optional, Union
+from typing import Iterable, Union
 
 import msgspec
 
 from microbench.errors import UsageError, printable
-from microbench.records.files import find_jsonl, read_capped
-from microbench.results.keys import DERIVED_WHEN_ABSENT, OPTION_FIELDS, RAW_FIELDS
-from microbench.results.metrics import LATENCY_STATS
-from microbench.records import SCHEMA_VERSION
+from microbench.records import model, projection
+from microbench.records.files import ResultsFile, chunks, find_results
+from microbench.records.reader import FOREIGN, ReadNotes, decode_line, is_run_line
+from microbench.results.keys import RAW_FIELDS
+from microbench.results.metrics import NUMBER_COLUMNS, OUTLIER_COUNT
 
-RECORD_TYPES = ("run", "result", "end")
-#: microbench's own records that the gate tools do not read (per-sample dumps, soak cycles, bisection, replay):
-#: skipped without a word, unlike another tool's lines
-UNREAD_TYPES = ("samples", "cycle", "soak", "bisect", "replay")
+ScanNotes = ReadNotes  #: the notes both readers keep
+
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
               "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
-#: Result fields besides the key and the latency statistics.
-RESULT_FIELDS = ("requested_bytes", "algbw_bytes", "busbw_factor", "algbw_gbps", "busbw_gbps", "check")
-#: Pairs-test fields (and the non-blocking benchmarks' ``overlap``), kept as raw JSON bytes and decoded only for
-#: the records that have them.
-RAW_JSON_FIELDS = ("outliers", "node_outliers", "matrix", "labels", "participant_ranks", "overlap")
-NO_RAW = msgspec.Raw(b"")  #: an absent raw field
+#: The pairs test's fields (kept per record that has them; outliers recomputed from the matrix).
+PAIRS_FIELDS = ("metric", "unit", "labels", "participant_ranks", "matrix_unit", "matrix", "outliers",
+                "outlier_rule", "node_outliers", "node_outlier_rule")
+#: Result fields read besides the key, the pairs fields and the metrics' numbers.
+RESULT_FIELDS = ("run_id", "time_utc", "requested_bytes", "check", "latency_us", "overlap.overlap_pct")
 
 
-def raw_present(raw: msgspec.Raw) -> bool:
-    """Whether a raw JSON field holds a value (not absent, not null)."""
-    return len(raw) > 0 and bytes(raw) != b"null"
+def result_paths() -> frozenset[str]:
+    """Every path of a result record the gate tools read."""
+    numbers = [p for p in NUMBER_COLUMNS if p != OUTLIER_COUNT and not p.startswith("overlap.")]
+    return frozenset((*RAW_FIELDS, *RESULT_FIELDS, *PAIRS_FIELDS, *numbers))
 
 
-MAX_COUNT = 2 ** 62  #: the largest size or rank count a reader takes (beyond it int64 columns overflow)
-_BYTES = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
-_NONNEGATIVE = Annotated[float, msgspec.Meta(ge=0)]  #: JSON numbers decode finite (1e400 is refused)
-
-#: Fields with a declared type (as the schema declares them): a microbench record where one has another type,
-#: or a value out of its range, is refused naming its file and line.
-TYPED_FIELDS = {"type": Optional[str], "run_id": Optional[str], "time_utc": Optional[str],
-                "benchmark": Optional[str], "backend": Optional[str], "size_bytes": Optional[_BYTES],
-                "ranks": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
-                "requested_bytes": Optional[_BYTES], "algbw_bytes": Optional[_NONNEGATIVE],
-                "busbw_factor": Optional[_NONNEGATIVE], "algbw_gbps": Optional[_NONNEGATIVE],
-                "busbw_gbps": Optional[_NONNEGATIVE], "check": Optional[str],
-                "window": Optional[Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]],
-                "root": Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]]}
-#: the other option fields of the key, as ``keys.OPTION_FIELDS`` types them (``device`` is an object on a run
-#: line and a string on a result: not typed; ``call_path`` and ``mpi_call`` may be absent, UNSET)
-TYPED_FIELDS.update({name: Optional[kind] if name not in DERIVED_WHEN_ABSENT else Union[kind, None, msgspec.UnsetType]
-                     for name, kind in OPTION_FIELDS.items()
-                     if name not in TYPED_FIELDS and name not in ("device", "checked")})
+@lru_cache(maxsize=1)
+def line_type() -> object:
+    """The type one line decodes into: a tagged union of the run, result and end projections, and of the
+    record types the gate tools skip (projected to their tag alone)."""
+    views = [projection.project(model.RunRecord, set(RUN_FIELDS), "RunView"),
+             projection.project(model.ResultRecord, result_paths(), "ResultView"),
+             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView")]
+    views += [projection.project(kind, set(), f"{kind.__name__[:-6]}View")
+              for name, kind in model.RECORD_TYPES.items() if name not in ("run", "result", "end")]
+    return Union[tuple(views)]
 
 
-#: Of a record's ``stragglers`` block only the skew (slowest over fastest rank mean) is read.
-_STRAGGLERS = msgspec.defstruct("Stragglers", [("skew", Optional[_NONNEGATIVE], None)])
+READ_TYPES = ("RunView", "ResultView", "EndView")
 
 
-@lru_cache(maxsize=16)
-def line_type(stats: tuple[str, ...]) -> type:
-    """The struct one line decodes into: the union of run, result and end fields a gate tool reads, with
-    the latency statistics ``stats`` only (an absent ``latency_us`` decodes as one with every stat None).
-    ``call_path`` and ``mpi_call`` are UNSET when absent (keys derives them then)."""
-    latency = msgspec.defstruct("Latency", [(s, Optional[_NONNEGATIVE], None) for s in stats])
-    names = dict.fromkeys((*RAW_FIELDS, *RESULT_FIELDS, *RUN_FIELDS, "type", "status", "matrix_unit", "unit"))
-    fields: list[tuple] = [(n, TYPED_FIELDS.get(n, Any), msgspec.UNSET if n in DERIVED_WHEN_ABSENT else None)
-                           for n in names]
-    fields.append(("latency_us", Optional[latency], msgspec.field(default_factory=latency)))
-    fields.append(("stragglers", Optional[_STRAGGLERS], None))
-    fields += [(n, msgspec.Raw, NO_RAW) for n in RAW_JSON_FIELDS]
-    return msgspec.defstruct("Line", fields)
-
-
-@dataclass
-class ScanNotes:
-    """What the scan skipped, for one line on stderr per kind."""
-
-    bad_lines: list[str] = field(default_factory=list)  #: FILE:LINE of lines that are not JSON records
-    foreign: dict[str, int] = field(default_factory=dict)  #: file -> JSON lines that are no microbench record
-    files: int = 0
-    bytes: int = 0
-    cached: int = 0  #: files whose part came from the index
-    skipped_files: list[str] = field(default_factory=list)  #: 'PATH (why)' of names passed over below folders
-    index_refused: str = ""  #: why the index folder was not used (``index.unsafe_reason``)
-
-    def add(self, path: Path, bad_lines: list[int], foreign: int, size: int) -> None:
-        self.files += 1
-        self.bytes += size
-        self.bad_lines += [f"{path}:{n}" for n in bad_lines]
-        if foreign:
-            self.foreign[str(path)] = foreign
-
-    def lines(self) -> list[str]:
-        out = [self.index_refused] if self.index_refused else []
-        if self.skipped_files:
-            shown = ", ".join(self.skipped_files[:5]) + (" ..." if len(self.skipped_files) > 5 else "")
-            out.append(f"skipped {len(self.skipped_files)} name(s) that are not regular files: {shown}")
-        if self.bad_lines:
-            shown = ", ".join(self.bad_lines[:5]) + (" ..." if len(self.bad_lines) > 5 else "")
-            out.append(f"skipped {len(self.bad_lines)} unreadable line(s) (not a JSON record; a truncated or "
-                       f"corrupt write): {shown}")
-        if self.foreign:
-            count = sum(self.foreign.values())
-            names = ", ".join(sorted(self.foreign)[:3]) + (" ..." if len(self.foreign) > 3 else "")
-            out.append(f"skipped {count} line(s) that are not microbench records (another tool's output?) in "
-                       f"{len(self.foreign)} file(s): {names}")
-        return out
-
-
-def jsonl_paths(items: Iterable[str | os.PathLike], notes: ScanNotes | None = None) -> list[Path]:
-    """Files named, and every regular ``*.jsonl`` below folders named (``records.files.find_jsonl``: folders
-    entered once, anything but a regular file skipped, into ``notes``); each file once (by device and inode)."""
-    return find_jsonl(items, notes.skipped_files if notes is not None else None)
+def kind_of(view: object) -> str:
+    """``run``, ``result``, ``end`` or ``skipped`` for a decoded line."""
+    name = type(view).__name__
+    return name[:-4].lower() if name in READ_TYPES else "skipped"
 
 
 @dataclass
 class Decoded:
-    """One file's microbench records (in file order) and what was skipped."""
+    """One file's run, result and end records (in file order), and what was skipped."""
 
     records: list
     bad_lines: list[int]  #: line numbers (from 1) that are not JSON
     foreign: int  #: JSON lines that are not microbench records
     size: int  #: bytes read
+    source: ResultsFile | None = None
 
 
-def decode_file(path: Path, stats: tuple[str, ...] = LATENCY_STATS) -> Decoded:
-    """The records of one file that have a microbench ``type``; others counted and skipped. A run line of
-    a newer schema, and a microbench record whose fields break the schema (a type, a negative latency, a
-    size beyond ``MAX_COUNT``, bytes that are not UTF-8, nesting too deep to decode), are UsageErrors
-    naming the file and line; a line that is not JSON at all (a truncated write) is skipped and noted."""
-    data = read_capped(path)
-    decoder = _decoder(stats)
+def jsonl_paths(items: Iterable[str | os.PathLike], notes: ReadNotes | None = None) -> list[ResultsFile]:
+    """The results files named and found below folders (``records.files.find_results``)."""
+    return find_results(items, notes.skipped_files if notes is not None else None)
+
+
+@lru_cache(maxsize=1)
+def _decoder() -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(line_type())
+
+
+def decode_file(f: ResultsFile | str | os.PathLike) -> Decoded:
+    """The run, result and end records of one file (projections of the model), others counted and skipped.
+    A stretch of lines that all decode is decoded at once; one that does not is decoded line by line, so an
+    unreadable line is skipped and noted and a record that breaks the model names its FILE:LINE."""
+    if not isinstance(f, ResultsFile):
+        from microbench.records.files import as_results_file
+
+        f = as_results_file(f)
+    decoder = _decoder()
+    records: list = []
     bad: list[int] = []
     foreign = 0
-    try:
-        lines = decoder.decode_lines(data)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        lines, bad, foreign = _decode_one_by_one(decoder, data, path)
-    records = [line for line in lines if line.type in RECORD_TYPES]
-    for rec in records:
-        if rec.type == "run":
-            _check_schema(rec.schema, path)
-    unread = sum(1 for line in lines if line.type in UNREAD_TYPES)
-    return Decoded(records, bad, foreign + len(lines) - len(records) - unread, len(data))
+    for chunk in chunks(f):
+        bad += chunk.long_lines
+        if len(chunk.data) > model.MAX_RUN_LINE_BYTES:
+            _refuse_oversized_run_lines(chunk, f)
+        try:
+            found = decoder.decode_lines(chunk.data)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            found, bad_here, foreign_here = _one_by_one(decoder, chunk, f)
+            bad += bad_here
+            foreign += foreign_here
+        records += [r for r in found if kind_of(r) != "skipped"]
+    return Decoded(records, sorted(bad), foreign, f.size, f)
 
 
-@lru_cache(maxsize=16)
-def _decoder(stats: tuple[str, ...]) -> msgspec.json.Decoder:
-    return msgspec.json.Decoder(line_type(stats))
+def _refuse_oversized_run_lines(chunk, f: ResultsFile) -> None:
+    """A run line longer than a run line may be is refused before it is decoded (its kept fields would be
+    decoded whole: a million environment variables are half a gigabyte of objects)."""
+    for number, line in enumerate(chunk.data.split(b"\n"), chunk.first_line):
+        if len(line) > model.MAX_RUN_LINE_BYTES and is_run_line(line):
+            raise UsageError(f"{printable(str(f.path))}:{number}: a run line of {len(line)} bytes, more than a run "
+                             f"line may hold ({model.MAX_RUN_LINE_BYTES} bytes; microbench writes them under 1 MiB)")
 
 
-def _decode_one_by_one(decoder, data: bytes, path: Path) -> tuple[list, list[int], int]:
-    """Line by line, for a file with a line the fast path refused: (good lines, bad line numbers, foreign
-    lines). A JSON value that is not a microbench record counts as foreign; a microbench record that breaks
-    the schema (and any line too deep or not UTF-8) is a UsageError naming ``path`` and the line."""
+def _one_by_one(decoder, chunk, f: ResultsFile) -> tuple[list, list[int], int]:
     out, bad, foreign = [], [], 0
-    for lineno, line in enumerate(data.split(b"\n"), 1):
+    shown = printable(str(f.path))
+    for number, line in enumerate(chunk.data.split(b"\n"), chunk.first_line):
         if not line.strip():
             continue
-        try:
-            rec = decoder.decode(line)
-        except UnicodeDecodeError:
-            raise UsageError(f"{path}:{lineno}: not UTF-8 text") from None
-        except RecursionError:
-            raise UsageError(f"{path}:{lineno}: JSON nested too deeply to be a record") from None
-        except msgspec.ValidationError as exc:
-            raw = _loose(line)
-            if not isinstance(raw, dict) or raw.get("type") not in RECORD_TYPES:
-                foreign += 0 if isinstance(raw, dict) and raw.get("type") in UNREAD_TYPES else 1
-                continue
-            if raw.get("type") == "run":
-                _check_schema(raw.get("schema"), f"{path}:{lineno}")
-            article = "an" if raw["type"] == "end" else "a"
-            raise UsageError(f"{path}:{lineno}: {article} {raw['type']} record that breaks the schema: "
-                             f"{printable(str(exc))}") from None
-        except msgspec.DecodeError:
-            bad.append(lineno)
-            continue
-        if rec.type == "run":
-            _check_schema(rec.schema, f"{path}:{lineno}")
-        out.append(rec)
+        record = decode_line(line, f"{shown}:{number}", decoder)
+        if record is None:
+            bad.append(number)
+        elif record is FOREIGN:
+            foreign += 1
+        else:
+            out.append(record)
     return out, bad, foreign
 
 
-def _loose(line: bytes) -> Any:
-    """A line decoded without a type (None when even that fails)."""
-    try:
-        return msgspec.json.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
+def line_of_result(f: ResultsFile, row: int) -> int:
+    """The line number of a file's ``row``-th result record (from 0), for messages: the file is read again."""
+    decoder = _decoder()
+    seen = -1
+    for chunk in chunks(f):
+        for number, line in enumerate(chunk.data.split(b"\n"), chunk.first_line):
+            if not line.strip():
+                continue
+            try:
+                record = decoder.decode(line)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                continue
+            if kind_of(record) == "result":
+                seen += 1
+                if seen == row:
+                    return number
+    return 0
 
 
-def _check_schema(schema: Any, where: Path | str) -> None:
-    if schema is None:
-        return
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-        raise UsageError(f"{where}: record schema {printable(repr(schema))[:40]} is not a schema version (a whole "
-                         f"number; this microbench reads {SCHEMA_VERSION})")
-    if schema > SCHEMA_VERSION:
-        raise UsageError(f"{where}: record schema {schema} is newer than this microbench reads ({SCHEMA_VERSION}); "
-                         "upgrade microbench, or leave the file out")
+def refuse_row(f: ResultsFile | None, row: int, problem: str) -> None:
+    """A UsageError naming the FILE:LINE of a file's ``row``-th result and what is impossible in it."""
+    if f is None:
+        raise UsageError(problem)
+    raise UsageError(f"{printable(str(f.path))}:{line_of_result(f, row)}: {printable(problem)}")

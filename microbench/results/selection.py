@@ -52,7 +52,7 @@ class Selection:
     def admits(self, meta: dict) -> bool:
         """Whether a run (its run line) is read; a run left out is counted under its reason. A run without
         a readable run line is outside any selection (its hosts, backend and MPI are unknown)."""
-        if not meta and self.describe():
+        if (not meta or meta.get("orphan")) and self.describe():
             self.skipped["without a readable run line"] += 1
             return False
         if self.hosts is not None and host_set(meta) != self.hosts:

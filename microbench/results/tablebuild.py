@@ -184,8 +184,7 @@ class TableBuilder:
             runs=[self.runs[i] for i in owners], configs=self.configs, run=run,
             config=config, size=sizes[config], requested=cols["requested"],
             latency={s: cols[s].astype(np.float64, copy=False) for s in self.stats},
-            algbw_bytes=cols["algbw_bytes"], busbw_factor=cols["busbw_factor"],
-            algbw_gbps=cols["algbw_gbps"], busbw_gbps=cols["busbw_gbps"], skew=cols["skew"],
+            numbers={n: cols[n] for n in NUMBERS},
             check=cols["check"], check_states=list(self.check_codes), extras=self.extras,
             overlap_row=np.concatenate(self.overlap_rows) if self.overlap_rows else np.zeros(0, dtype=np.int64),
             overlap=self._overlap_columns())

@@ -9,13 +9,14 @@ share the memory, against 90 % of what is available.
 
 from __future__ import annotations
 
+import errno
 import platform
 from dataclasses import dataclass
 from typing import Callable
 
 from microbench.benchmarks.table import COLLECTIVES, Collective, pair_metric_benchmark
 from microbench.cluster import agree, facts
-from microbench.errors import RunError, UsageError
+from microbench.errors import RunError, UsageError, printable
 from microbench.measure.cache import cache_bytes_for, plan_pool
 from microbench.options import RunOptions, SizePlan, dtype_for, plan_size
 from microbench.records import AppendFile
@@ -155,7 +156,9 @@ def check_writable(opts: RunOptions) -> None:
         try:
             AppendFile(path).close()  # what the writer does: the folder made, the file created
         except OSError as exc:
-            raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+            why = ("a symbolic link: name the file it points to (the writer never writes through a link)"
+                   if exc.errno == errno.ELOOP else exc.strerror or exc)
+            raise UsageError(f"{flag} {printable(str(path))}: cannot write there ({why})") from None
 
 
 def check_nonblocking(coll: Collective, transport) -> None:

@@ -33,7 +33,7 @@ from microbench.errors import UsageError
 from microbench.measure import engine
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
-from microbench.run.diagnostics.outliers import OUTLIER_Z, flag_outliers
+from microbench.measure.outliers import OUTLIER_Z, flag_outliers
 from microbench.run.measure_pool import measure_on_pool
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -28,7 +28,7 @@ from microbench.cluster.nodes import choose_participants
 from microbench.measure import engine, stats
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
-from microbench.run.diagnostics.outliers import node_outliers, outliers
+from microbench.measure.outliers import flag_matrix
 from microbench.run.measure_pool import measure_on_pool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -167,20 +167,9 @@ def _latency_over_pairs(lat_values: list[float]) -> dict:
 
 def _matrix_fields(test: Plan, metric: Metric, matrix: list[list[float | None]]) -> dict:
     """The pairs-only fields of the record: the matrix, its labels, both outlier rules and what they flag."""
-    found, rule = outliers(matrix, higher_is_worse=metric.higher_is_worse)
-    bad_nodes, node_rule = node_outliers(matrix, higher_is_worse=metric.higher_is_worse)
-    direction = "above" if metric.higher_is_worse else "below"
-    labels = test.labels
     return {
-        "unit": test.unit, "labels": labels, "participant_ranks": test.members,
+        "unit": test.unit, "labels": test.labels, "participant_ranks": test.members,
         "matrix_unit": metric.matrix_unit, "matrix": matrix,
         "schedule": "serial" if test.serial else "round-robin", "rounds": len(test.schedule),
-        "outliers": [{"pair": [o.i, o.j], "labels": [labels[o.i], labels[o.j]], "value": o.value,
-                      "z": round(o.z, 2)} for o in found],
-        "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs",
-                         "direction": direction, **rule},
-        "node_outliers": [{"index": i, "label": labels[i], "row_median": m, "z": round(z, 2)}
-                          for i, m, z in bad_nodes],
-        "node_outlier_rule": {"statistic": "the same rule over each participant's row median",
-                              "direction": direction, **node_rule},
+        **flag_matrix(matrix, test.labels, metric.higher_is_worse),
     }

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from microbench.cluster.nodes import NodePlane
-from microbench.run.diagnostics.outliers import OUTLIER_Z, flag_outliers
+from microbench.measure.outliers import OUTLIER_Z, flag_outliers
 
 LISTED_NODES = 16  #: most nodes a record lists by name (means, outliers, check failures)
 

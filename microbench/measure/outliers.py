@@ -1,6 +1,7 @@
 """The outlier rule of the diagnostics: a modified z-score over the median and MAD, in the bad direction only.
 
-Used by the pairwise link test (cells and node rows), straggler attribution and bisection.
+Used by the pairwise link test (cells and node rows), straggler attribution and bisection, and by every reader of
+a pairs record, which recomputes what the record flags from its matrix rather than trusting its lists.
 """
 
 from __future__ import annotations
@@ -73,3 +74,23 @@ def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
         return [], {"median": None, "mad": None, "z_limit": z_limit, "nodes": len(known)}
     found, rule = _flag_cells([m for _, m in known], higher_is_worse, z_limit)
     return [(known[k][0], known[k][1], z) for k, z in found], {**rule, "nodes": len(known)}
+
+
+def flag_matrix(matrix: list[list[float | None]], labels: list[str], higher_is_worse: bool,
+                z_limit: float = OUTLIER_Z) -> dict:
+    """What a pairs record says its matrix flags: ``outliers`` (links) and ``node_outliers`` (participants), each
+    with its rule, as the record holds them. The pairwise test writes this; every reader computes it again from
+    the record's matrix and judges that, never the lists the record carries."""
+    found, rule = outliers(matrix, higher_is_worse=higher_is_worse, z_limit=z_limit)
+    bad_nodes, node_rule = node_outliers(matrix, higher_is_worse=higher_is_worse, z_limit=z_limit)
+    direction = "above" if higher_is_worse else "below"
+    return {
+        "outliers": [{"pair": [o.i, o.j], "labels": [labels[o.i], labels[o.j]], "value": o.value,
+                      "z": round(o.z, 2)} for o in found],
+        "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs",
+                         "direction": direction, **rule},
+        "node_outliers": [{"index": i, "label": labels[i], "row_median": m, "z": round(z, 2)}
+                          for i, m, z in bad_nodes],
+        "node_outlier_rule": {"statistic": "the same rule over each participant's row median",
+                              "direction": direction, **node_rule},
+    }
