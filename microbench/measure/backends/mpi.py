@@ -183,6 +183,13 @@ class MPIBackend:
                 Send(a, peer, _TAG_ACK)
         return call
 
+    def shift(self, send, recv, dest, source):
+        """One step of a shift along this communicator (the replay's pipeline send): send to ``dest`` and receive
+        from ``source`` at once (MPI_Sendrecv); None at either end: no partner there (MPI_PROC_NULL)."""
+        null = self.MPI.PROC_NULL
+        return functools.partial(self.comm.Sendrecv, self._spec(send), null if dest is None else dest, _TAG_DATA,
+                                 self._spec(recv), null if source is None else source, _TAG_DATA)
+
     def barrier(self):
         return self.comm.Barrier
 
@@ -240,6 +247,11 @@ class NativeMPIBackend(MPIBackend):
             return self._call("nothing", send)
         return self._call("bistream" if bidirectional else "stream", send, send=send, recv=recv, ack=ack,
                           count=_elements(send), peer=peer, initiator=sender, window=window)
+
+    def shift(self, send, recv, dest, source):
+        from microbench.measure.native.toolchain import NativeUnavailable
+
+        raise NativeUnavailable("the C loop has no shift (MPI_Sendrecv): the replay calls it from Python")
 
 
 def _nothing() -> None:
