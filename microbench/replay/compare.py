@@ -21,6 +21,8 @@ gets every attribution the launch measured that bears on it:
 
 from __future__ import annotations
 
+from microbench.replay.schedule import RECEIVE_TWINS
+
 THRESHOLD = 0.25  #: |ratio - 1| above which a row's gap is attributed
 
 
@@ -44,7 +46,7 @@ def comparison(predicted: dict, measured: dict, context: dict, threshold: float 
     if context["compute"]:
         rows.append(_row("exposed", predicted["exposed_s"], measured["exposed_communication_s"]))
     rows += [_row(k, v, measured["per_collective_s"].get(k)) for k, v in predicted["per_collective_s"].items()
-             if k != "recv"]  # a recv twin issues nothing: its send carries the transfer
+             if k not in RECEIVE_TWINS]  # a recv twin issues nothing: its send carries the transfer
     rows += [_row(f"group {g}", v, measured["per_group_s"].get(g)) for g, v in predicted["per_group_s"].items()]
     rows.append(_row("first iteration", predicted["iteration_s"], measured["first_iteration_s"]))
     per_call = measured.get("per_call", [])
