@@ -7,10 +7,13 @@ Suffixes are powers of two (K = 1024 bytes), case-insensitive, optionally follow
 A bare size is that one size (OMB's ``-m MAX`` is written ``:MAX`` here).
 
 Durations (soak's ``--duration``): ``90``, ``90s``, ``30m``, ``12h``, ``1d``, in seconds.
+
+Positive numbers (``--tflops``, ``--threshold``): ``positive_number``, an argparse ``type``.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 
 from microbench.errors import UsageError
@@ -91,3 +94,14 @@ def parse_duration(text: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise UsageError(f"--duration {text!r}: expected a positive time such as 600, 90s, 30m or 12h")
     return float(m.group(1)) * _SECONDS[m.group(2).lower()]
+
+
+def positive_number(text: str) -> float:
+    """An argparse ``type``: a number above 0 (``0.05``, ``2``, ``1e-3``); anything else is argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
+    return value

@@ -20,6 +20,28 @@ def _replay(result) -> dict:
     return json.loads(result.stdout)
 
 
+def assert_issued_as_scheduled(out: dict, schedule, sizes: dict) -> None:
+    """The per-call rows say what was issued: each scheduled call once per iteration, through the table's entry its
+    overlap names (a pipeline send as a shift; a recv twin: nothing), on a communicator of its group's size, with
+    the entry's buffers per rank."""
+    ranks = {kind: sizes.get(kind, 1) for kind in ("tp", "pp", "dp")}
+    rows = {(r["collective"], r["group"], r["bytes"]): r for r in out["per_call"]}
+    assert set(rows) == {(c.collective, c.group, c.bytes) for c in schedule}
+    for (collective, group, nbytes), row in rows.items():
+        mine = [c for c in schedule if (c.collective, c.group, c.bytes) == (collective, group, nbytes)]
+        assert row["calls"] == len(mine)
+        if collective == "recv":
+            assert (row["issued"], row["issued_as"]) == (0, [])
+            continue
+        want = {"shift" if c.collective == "send" else ("i" if c.overlapped else "") + c.collective for c in mine}
+        assert (row["issued"], set(row["issued_as"]), row["group_ranks"]) == (len(mine), want, ranks[group]), row
+        if collective in ("allreduce", "reduce", "broadcast"):
+            assert row["send_bytes"] == row["recv_bytes"] == max(nbytes // 4 * 4 if collective != "broadcast"
+                                                                 else nbytes, 1), row
+        elif collective == "allgather":
+            assert (row["send_bytes"], row["recv_bytes"]) == (max(nbytes, 1), max(nbytes, 1) * ranks[group]), row
+
+
 SCHEMES_ON_FOUR = [("ddp", {"dp": 4}, {"dp"}), ("zero3", {"dp": 4}, {"dp"}), ("tp", {"tp": 2, "dp": 2}, {"tp", "dp"}),
                    ("pp", {"pp": 2, "dp": 2}, {"pp", "dp"})]
 TORCH = importlib.util.find_spec("torch") is not None
@@ -41,6 +63,7 @@ def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups, back
     assert 0 < out["wall_min_s"] <= out["wall_s"] <= out["wall_max_s"]
     assert all(v > 0 for v in out["per_group_s"].values())
     assert {r["what"] for r in out["comparison"]} >= {"total", *(f"group {g}" for g in groups)}
+    assert_issued_as_scheduled(out, schedule, sizes)
 
 
 def test_two_ranks_under_mpiexec():
@@ -66,6 +89,8 @@ def test_a_trace_replays_its_collectives_on_all_ranks(tmp_path):
     assert out["bytes_per_iteration"] == 2 * 4096 + 512 + 1024 + 10
     assert set(out["per_collective_s"]) == {"allreduce", "allgather", "reduce_scatter", "broadcast"}
     assert any("send/recv call(s) per iteration left out" in n for n in out["notes"])
+    issued = {r["collective"]: (r["issued"], r["issued_as"], r["group_ranks"]) for r in out["per_call"]}
+    assert issued["allreduce"] == (2, ["allreduce"], 2) and issued["broadcast"] == (1, ["broadcast"], 2)
 
 
 def test_a_trace_and_a_model_together_are_one_error_line():
@@ -87,5 +112,7 @@ def test_one_layer_of_a_13b_model_replays_on_four_ranks_and_says_so():
 def test_two_ranks_replay_the_data_parallel_schemes(scheme, backend):
     out = _replay(microbench("replay", "--np", "2", "--backend", backend, *MODEL, "--scheme", scheme, "--dp", "2",
                              *FAST))
-    assert out["calls_per_iteration"] == len(calls(Workload(TINY, scheme, dp=2)))
+    schedule = calls(Workload(TINY, scheme, dp=2))
+    assert out["calls_per_iteration"] == len(schedule)
     assert set(out["per_group_s"]) == {"dp"} and out["per_group_s"]["dp"] > 0
+    assert_issued_as_scheduled(out, schedule, {"dp": 2})

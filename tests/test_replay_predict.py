@@ -152,8 +152,16 @@ def test_out_appends_a_replay_record_that_the_schema_and_the_gate_readers_accept
     assert "Traceback" not in history.stderr and "another tool" not in history.stderr
 
 
-def test_an_unwritable_out_is_one_error_line_before_any_rank_starts(tmp_path):
+def test_out_behaves_as_run_out_missing_folders_made_an_unwritable_path_one_error_line(tmp_path):
+    out = tmp_path / "missing" / "deeper" / "r.jsonl"
+    result = microbench("replay", "--np", "2", *MODEL, "--scheme", "ddp", "--dp", "2", "--iterations", "1",
+                        "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["type"] for line in out.read_text().splitlines()] == ["replay"]
+    # the same words as run --out, from rank 0 on every rank's behalf, before anything is replayed
     result = microbench("replay", "--np", "2", *MODEL, "--scheme", "ddp", "--dp", "2",
-                        "--out", str(tmp_path / "missing" / "r.jsonl"))
-    assert result.returncode == 2 and "cannot write --out" in result.stderr
-    assert "prterun" not in result.stderr and "Traceback" not in result.stderr
+                        "--out", "/proc/microbench/r.jsonl")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("microbench: error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "--out /proc/microbench/r.jsonl: cannot write there" in errors[0]
+    assert "replay:" not in result.stdout and "Traceback" not in result.stderr

@@ -4,7 +4,7 @@ import pytest
 
 from microbench.errors import UsageError
 from microbench.replay.layout import Layout
-from microbench.replay.schedule import calls, largest_bytes
+from microbench.replay.schedule import calls
 from microbench.workload.distribution import Workload
 from microbench.workload.model import Model
 from microbench.workload.schemes import build
@@ -33,7 +33,7 @@ def test_ddp_schedule_is_the_gradient_buckets_overlapped():
     buckets = [m for m in build(w).messages if m.phase == "gradients"]
     assert sum(c.bytes for c in schedule) == sum(m.bytes * m.count for m in buckets)
     assert {(c.collective, c.group, c.overlapped) for c in schedule} == {("allreduce", "dp", True)}
-    assert largest_bytes(schedule) == max(m.bytes for m in buckets)
+    assert max(c.bytes for c in schedule) == max(m.bytes for m in buckets)
 
 
 def test_zero3_prefetch_allgathers_overlap_and_gradients_do_not():
@@ -61,14 +61,14 @@ def test_tp_dp_and_pipeline_calls_go_to_their_groups():
 def test_layers_k_of_a_preset_is_recorded_and_bounded():
     import argparse
 
-    from microbench.replay import cli
+    from microbench.replay import arguments, cli
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    model = cli._model(parser.parse_args(["--model", "13B", "--layers", "2"]))
+    model = arguments.model(parser.parse_args(["--model", "13B", "--layers", "2"]))
     assert (model.name, model.layers, model.hidden) == ("13B", 2, 5120)
     with pytest.raises(UsageError, match="between 1 and 40"):
-        cli._model(parser.parse_args(["--model", "13B", "--layers", "41"]))
+        arguments.model(parser.parse_args(["--model", "13B", "--layers", "41"]))
 
 
 def test_a_message_in_a_group_the_layout_does_not_build_is_refused():

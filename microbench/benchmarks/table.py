@@ -1,8 +1,10 @@
 """One declarative entry per benchmark: what it calls, its buffers, its bandwidth, its role, its check data.
 
 A benchmark is added here and nowhere else in the run path: the backends offer the primitive its
-``build`` calls (and, for the native loop, mbloop.c the call kind); docs/architecture.md walks through
-adding one. Definitions (docs/definitions.md):
+``build`` calls (and, for the native loop, mbloop.c the call kind); docs/adding-a-benchmark.md walks through
+adding one. The entry is also the one place that says how a collective is called: the replay issues its calls
+through these entries and the backends' primitives, and ``mpi_call`` names the MPI function. Definitions
+(docs/definitions.md):
 
 - message size (``size_bytes``): allreduce, reduce, broadcast, latency, bw, bibw: the buffer each rank
   sends; allgather and alltoall: each rank's contribution to each peer (as OMB); reduce_scatter: each
@@ -68,6 +70,9 @@ class Collective:
     #: a non-blocking collective: ``build`` returns a backends.nonblocking.NonBlocking and each size also
     #: measures its overlap with compute (microbench.measure.overlap)
     nonblocking: bool = False
+    #: the MPI function(s) an iteration calls (recorded as ``mpi_call``); reduce_scatter: the block form, which
+    #: ``--reduce-scatter-call vector`` replaces with MPI_Reduce_scatter (``measure.backends.mpi``)
+    mpi_call: str | None = None
 
     def check_max_value(self, op: str, nranks: int) -> int:
         """Largest value a checked iteration writes (the dtype must hold it exactly)."""
@@ -81,7 +86,8 @@ def _send_unless_in_place(b: Buffers, c: Context):
 ALLREDUCE = Collective(
     name="allreduce",
     summary="MPI_Allreduce / all_reduce: every rank ends with the reduction of all buffers",
-    primitive="allreduce", reduces=True, default_dtype="float32",
+    primitive="allreduce", mpi_call="MPI_Allreduce",
+    reduces=True, default_dtype="float32",
     buffer_counts=lambda count, n: (count, count),
     in_place_counts=lambda count, n: (0, count),
     busbw_factor=lambda n: 2 * (n - 1) / n, busbw_formula="2(n-1)/n",
@@ -94,7 +100,8 @@ ALLREDUCE = Collective(
 REDUCE = Collective(
     name="reduce",
     summary="MPI_Reduce / reduce: the root ends with the reduction of all buffers",
-    primitive="reduce", reduces=True, default_dtype="float32",
+    primitive="reduce", mpi_call="MPI_Reduce",
+    reduces=True, default_dtype="float32",
     buffer_counts=lambda count, n: (count, count),
     in_place_counts=lambda count, n: (0, count),
     busbw_factor=lambda n: 1.0, busbw_formula="1",
@@ -107,7 +114,8 @@ REDUCE = Collective(
 ALLGATHER = Collective(
     name="allgather",
     summary="MPI_Allgather / all_gather: every rank ends with every rank's block",
-    primitive="allgather", reduces=False, default_dtype="uint8",
+    primitive="allgather", mpi_call="MPI_Allgather",
+    reduces=False, default_dtype="uint8",
     buffer_counts=lambda count, n: (count, count * n),
     in_place_counts=lambda count, n: (0, count * n),
     busbw_factor=lambda n: (n - 1) / n, busbw_formula="(n-1)/n",
@@ -120,7 +128,8 @@ ALLGATHER = Collective(
 REDUCE_SCATTER = Collective(
     name="reduce_scatter",
     summary="MPI_Reduce_scatter_block / reduce_scatter: each rank ends with one n-th of the reduction",
-    primitive="reduce_scatter", reduces=True, default_dtype="float32",
+    primitive="reduce_scatter", mpi_call="MPI_Reduce_scatter_block",
+    reduces=True, default_dtype="float32",
     buffer_counts=lambda count, n: (count, count // n),
     in_place_counts=lambda count, n: (0, count),
     busbw_factor=lambda n: (n - 1) / n, busbw_formula="(n-1)/n",
@@ -133,7 +142,8 @@ REDUCE_SCATTER = Collective(
 BROADCAST = Collective(
     name="broadcast",
     summary="MPI_Bcast / broadcast: the root's buffer reaches every rank",
-    primitive="broadcast", reduces=False, default_dtype="uint8",
+    primitive="broadcast", mpi_call="MPI_Bcast",
+    reduces=False, default_dtype="uint8",
     buffer_counts=lambda count, n: (count, 0),
     io_counts=lambda count, n: (count, count),
     busbw_factor=lambda n: 1.0, busbw_formula="1",
@@ -146,7 +156,8 @@ BROADCAST = Collective(
 ALLTOALL = Collective(
     name="alltoall",
     summary="MPI_Alltoall / all_to_all: each rank sends a distinct block to every rank",
-    primitive="alltoall", reduces=False, default_dtype="uint8",
+    primitive="alltoall", mpi_call="MPI_Alltoall",
+    reduces=False, default_dtype="uint8",
     buffer_counts=lambda count, n: (count * n, count * n),
     busbw_factor=lambda n: (n - 1) / n, busbw_formula="(n-1)/n",
     algbw_bytes=lambda size, n: size * n,
@@ -157,7 +168,8 @@ ALLTOALL = Collective(
 LATENCY = Collective(
     name="latency",
     summary="ping-pong (osu_latency): half the round trip of a blocking send/recv between rank pairs",
-    primitive="pingpong", reduces=False, default_dtype="uint8",
+    primitive="pingpong", mpi_call="MPI_Send/MPI_Recv",
+    reduces=False, default_dtype="uint8",
     buffer_counts=lambda count, n: (count, count),
     busbw_factor=lambda n: 1.0, busbw_formula="1",
     algbw_bytes=lambda size, n: size,
@@ -170,7 +182,8 @@ LATENCY = Collective(
 BW = Collective(
     name="bw",
     summary="windowed unidirectional bandwidth (osu_bw): a window of non-blocking sends, then an ack",
-    primitive="stream", reduces=False, default_dtype="uint8",
+    primitive="stream", mpi_call="MPI_Isend/MPI_Irecv",
+    reduces=False, default_dtype="uint8",
     buffer_counts=lambda count, n: (count, count),
     busbw_factor=lambda n: 1.0, busbw_formula="1",
     algbw_bytes=lambda size, n: size,
@@ -183,7 +196,8 @@ BW = Collective(
 BIBW = Collective(
     name="bibw",
     summary="windowed bidirectional bandwidth (osu_bibw): both ranks of a pair send a window at once",
-    primitive="stream", reduces=False, default_dtype="uint8",
+    primitive="stream", mpi_call="MPI_Isend/MPI_Irecv",
+    reduces=False, default_dtype="uint8",
     buffer_counts=lambda count, n: (count, count),
     busbw_factor=lambda n: 1.0, busbw_formula="1",
     algbw_bytes=lambda size, n: 2 * size,
@@ -194,12 +208,17 @@ BIBW = Collective(
 )
 
 
+def nonblocking_mpi_call(blocking: str) -> str:
+    """The MPI function that posts a blocking one non-blocking: MPI_Allreduce -> MPI_Iallreduce."""
+    return f"MPI_I{blocking[4].lower()}{blocking[5:]}"
+
+
 def _nonblocking(blocking: Collective, call: str, build: Callable) -> Collective:
     """The non-blocking twin of a collective: same buffers, sizes and check data; primitive i<primitive>."""
     return replace(blocking, name="i" + blocking.name, primitive="i" + blocking.primitive, build=build,
                    summary=f"{call}(async_op=True): posted, overlapped with compute, waited; t_pure and its "
                            f"overlap (OMB's and IMB's definitions)",
-                   nonblocking=True)
+                   nonblocking=True, mpi_call=nonblocking_mpi_call(blocking.mpi_call))
 
 
 IALLREDUCE = _nonblocking(ALLREDUCE, "MPI_Iallreduce / all_reduce",
@@ -221,6 +240,10 @@ COLLECTIVES: dict[str, Collective] = {
 #: The blocking benchmarks, in order (every one but the non-blocking ``i*`` collectives).
 BLOCKING = tuple(name for name, c in COLLECTIVES.items() if not c.nonblocking)
 
+#: blocking primitive -> the MPI function its call makes (``Collective.mpi_call``; the non-blocking ones are
+#: their twins' I-form, ``nonblocking_mpi_call``)
+MPI_CALLS: dict[str, str] = {c.primitive: c.mpi_call for c in COLLECTIVES.values() if not c.nonblocking}
+
 #: What ``microbench run`` with no benchmark list runs (the six core benchmarks).
 PAIRS, BISECT = "pairs", "bisect"  #: the names of the pairwise link test and of bisection (run diagnostics)
 DEFAULT_BENCHMARKS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw")
@@ -234,6 +257,11 @@ def benchmark_key(name: str, also: tuple[str, ...] = ()) -> str:
     if key not in COLLECTIVES and key not in also:
         raise UsageError(f"unknown benchmark {name!r}: choose from {', '.join([*COLLECTIVES, *also])}")
     return key
+
+
+def posted_twin(blocking: Collective) -> Collective:
+    """The entry that posts ``blocking`` non-blocking (allreduce -> iallreduce); KeyError when the table has none."""
+    return COLLECTIVES["i" + blocking.name]
 
 
 def get_collective(name: str) -> Collective:

@@ -14,8 +14,9 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Callable
 
-from microbench.errors import RunError
+from microbench.errors import RunError, UsageError
 
 #: (rank, size, local rank, local size) variables of each launcher, most specific first. torchrun comes first
 #: when it started this process (TORCHELASTIC_RUN_ID): under ``srun ... torchrun`` its workers inherit the srun
@@ -160,6 +161,23 @@ def mpiexec_command(mpi_prefix: str | None, abi: str, nranks: int) -> tuple[list
 def self_launch_argv(argv: list[str]) -> list[str]:
     """The command each launched rank runs: this Python, this package, the same verb and options."""
     return [sys.executable, "-m", "microbench", *argv]
+
+
+def is_np_parent(nranks: int | None) -> bool:
+    """Whether this process is an ``--np N`` parent: ``--np`` given and no launcher started it. A verb's ranks
+    (under mpiexec, srun, torchrun, or started by the parent) ignore ``--np``."""
+    return nranks is not None and not discover().under_launcher
+
+
+def start_ranks(argv: list[str], nranks: int, check: Callable[[], None] | None = None) -> int:
+    """The ``--np N`` parent of any verb: refuse N below 1, run ``check()`` (what the verb can refuse before a rank
+    exists: a refusal here is one line, as on the ranks), then start N local ranks running ``argv`` without
+    ``--np`` under the matching mpiexec (``self_launch``). Returns the ranks' exit status."""
+    if nranks < 1:
+        raise UsageError(f"--np must be at least 1 (got {nranks})")
+    if check is not None:
+        check()
+    return self_launch(argv, nranks)
 
 
 def self_launch(argv: list[str], nranks: int) -> int:

@@ -5,9 +5,9 @@ and ``NativeLoop`` (microbench.measure.native: the Python loop over the C call s
 ``CudaEventLoop`` / ``CudaGraphLoop`` (microbench.measure.gpu_loops). The engine and the records see them only
 through ``TimedLoop``.
 
-Timing: in the lean loop one clock read separates consecutive iterations, so iteration i's time is
-t[i+1] - t[i] and nothing else runs between calls. With a barrier or a cache flush before each
-iteration (``--sync barrier``, ``--flush``) both ends of each call are read around it.
+Timing, on the host clock of ``clock.py``: in the lean loop one clock read separates consecutive iterations,
+so iteration i's time is t[i+1] - t[i] and nothing else runs between calls. With a barrier or a cache flush
+before each iteration (``--sync barrier``, ``--flush``) both ends of each call are read around it.
 
 Non-blocking collectives: ``run`` times post + wait back to back (t_pure); ``run_overlap`` times each part of
 the overlapped iteration apart (post, compute in chunks with a completion test after each, wait), as
@@ -18,11 +18,12 @@ calibration (microbench.measure.overlap).
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
+
+from microbench.measure.clock import HOST_CLOCK, now_ns
 
 _STAMP_PREFILL = 1 << 40  #: stand-in stamps of the same int size as perf_counter_ns values
 #: the columns of ``run_overlap``: post to end of wait; post; compute (tests taken out); tests; wait
@@ -148,7 +149,7 @@ class LoopBase:
 
     def describe_timer(self) -> str:
         if self.timer == "host":
-            return "CLOCK_MONOTONIC (time.perf_counter_ns)"
+            return HOST_CLOCK
         if self.timer == "tsc":
             return (f"TSC in the lean {self.call_path} loop ({self.ns_per_tick:.6f} ns/tick against "
                     f"CLOCK_MONOTONIC), CLOCK_MONOTONIC elsewhere")
@@ -167,7 +168,7 @@ def call_sequence(calls: Sequence, iters: int, start: int):
 
 def timed_each(calls: Sequence, iters: int, start: int, barrier, flush) -> np.ndarray:
     """Each iteration timed on its own, after an optional flush and barrier outside the timing (ns)."""
-    clock = time.perf_counter_ns
+    clock = now_ns
     ncalls = len(calls)
     out = np.empty(iters, dtype=np.int64)
     out.fill(0)  # touch every page before timing
@@ -198,7 +199,7 @@ class PythonLoop(LoopBase):
             return np.empty(0, dtype=np.int64)
         if barrier is not None or flush is not None:
             return timed_each(calls, iters, start, barrier, flush)
-        clock = time.perf_counter_ns
+        clock = now_ns
         # One int object per stamp, allocated here: each stamp the loop stores then frees one of these
         # and the next clock read reuses its memory, so the timed loop touches no fresh page (a list of
         # zeros would grow the allocator's arenas inside the loop: about 80 page faults per 10000).
@@ -226,7 +227,7 @@ class PythonLoop(LoopBase):
 
 def overlapped_parts(parts: Sequence, iters: int, work: OverlapWork, start: int, barrier, flush) -> np.ndarray:
     """The Python loop's overlapped iterations over (post, test, wait) triples: (iters, 5) ns, OVERLAP_PARTS."""
-    clock = time.perf_counter_ns
+    clock = now_ns
     out = np.zeros((max(iters, 0), len(OVERLAP_PARTS)), dtype=np.int64)
     compute, units, chunks, tests = work.kernel.compute, work.units, work.chunks, work.tests
     for i in range(iters):

@@ -1,8 +1,9 @@
 """The same launch's per-call latencies of every distinct call of the schedule, for the prediction.
 
 For each distinct (collective, group kind, bytes) of the schedule, on the layout's own communicators,
-blocking (the curve of the blocking benchmark, also for calls the replay posts non-blocking), one warm-up call and then ``reps`` timed calls back to back (``reps`` so that they last about
-``target_s``, between 3 and 50, agreed within the group). Two readings per call:
+blocking (the curve of the blocking benchmark, also for calls the replay posts non-blocking), one warm-up call
+and then ``reps`` timed calls back to back in the measure layer's lean loop (``reps`` so that they last about
+``target_s``, between 3 and 50, agreed within the group). The readings per call:
 
 - isolated: one group of the kind at a time (the others wait at a barrier), the curve a sweep measures;
 - concurrent: every group of the kind at once, as the replay runs them;
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 
+from microbench.measure.clock import seconds
+from microbench.measure.loops import PythonLoop
 from microbench.replay.layout import Layout
 from microbench.replay.schedule import Call
 
@@ -50,27 +52,18 @@ def distinct_calls(schedule: list[Call]) -> list[Call]:
     a sweep of the blocking benchmark measures, whether or not the schedule overlaps the call."""
     seen: dict[CallKey, Call] = {}
     for c in schedule:
-        if c.collective != "recv":
+        if not c.is_twin:
             seen.setdefault((c.collective, c.group, c.bytes), dataclasses.replace(c, overlapped=False))
     return list(seen.values())
 
 
-def _call(issuer, call: Call) -> None:
-    handle = issuer.issue(call)
-    if handle is not None:
-        issuer.wait([handle])
-
-
 def _timed(issuer, call: Call, target_s: float) -> float:
-    """Mean seconds per call on this rank's group (slowest rank), after one warm-up call."""
-    t0 = time.perf_counter()
-    _call(issuer, call)
-    warm = issuer.group_max(call.group, time.perf_counter() - t0)
+    """Mean seconds per call on this rank's group (slowest rank), after one warm-up call: the measure layer's
+    lean loop (``PythonLoop``) over the call as the replay issues it (a posted call: post, then wait)."""
+    complete, loop = issuer.issued(call).call, PythonLoop()
+    warm = issuer.group_max(call.group, seconds(int(loop.run([complete], 1)[0])))
     reps = int(min(MAX_REPS, max(MIN_REPS, math.ceil(target_s / max(warm, 1e-7)))))
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        _call(issuer, call)
-    return issuer.group_max(call.group, (time.perf_counter() - t0) / reps)
+    return issuer.group_max(call.group, seconds(int(loop.run([complete], reps).sum())) / reps)
 
 
 def measure(issuer, layout: Layout, rank: int, schedule: list[Call], target_s: float = 0.005) -> dict[CallKey, CallLatency]:

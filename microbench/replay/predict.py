@@ -42,7 +42,7 @@ Pricer = Callable[[Call], Price]
 def from_latencies(latencies: dict[tuple, CallLatency]) -> Pricer:
     """Each call at the same launch's isolated seconds per call of its (collective, group, bytes)."""
     def price(call: Call) -> Price:
-        if call.collective == "recv":
+        if call.is_twin:
             return Price(0.0, "same launch")
         found = latencies.get((call.collective, call.group, call.bytes))
         return Price(found.isolated_s, "same launch") if found else Price(0.0, "no curve")
@@ -57,7 +57,7 @@ def from_curves(curves: dict[tuple[str, int], Curve], layout: Layout) -> tuple[P
     notes: set[str] = set()
 
     def price(call: Call) -> Price:
-        if call.collective == "recv":
+        if call.is_twin:
             return Price(0.0, "measured")
         bench, ranks = BENCHMARK_FOR[call.collective], sizes[call.group]
         curve = choose_curve(curves, bench, ranks)
@@ -105,7 +105,7 @@ def predict(steps: list[Step], price: Pricer) -> Prediction:
         for table, key in ((out.per_collective_s, step.collective), (out.per_group_s, step.group),
                            (out.per_call_s, (step.collective, step.group, step.bytes))):
             table[key] = table.get(key, 0.0) + p.seconds
-        if step.collective != "recv":
+        if not step.is_twin:
             out.priced[p.how] = out.priced.get(p.how, 0) + 1
         if p.how in OUTSIDE:
             for key in ("total", step.collective, f"group {step.group}"):

@@ -36,6 +36,11 @@ COMPUTE_RULE = ("compute per iteration = 6 x params x tokens / (t x p) FLOP at -
                 "slices between its calls (k calls: k + 1 slices), run by the calibrated host kernel")
 
 
+#: calls that are the other side of another call: a pipeline recv is the receive side of its send's shift, so it
+#: issues nothing and costs nothing of its own
+RECEIVE_TWINS = frozenset({"recv"})
+
+
 @dataclass(frozen=True)
 class Call:
     """One collective call of one rank: ``bytes`` as ``Message.bytes``, on the group of kind ``group``."""
@@ -45,6 +50,11 @@ class Call:
     group: str
     phase: str
     overlapped: bool
+
+    @property
+    def is_twin(self) -> bool:
+        """A receive twin (``RECEIVE_TWINS``): its send's shift carries it."""
+        return self.collective in RECEIVE_TWINS
 
 
 @dataclass(frozen=True)
@@ -93,20 +103,6 @@ def calls(workload: Workload) -> list[Call]:
         out += [Call(m.collective, m.bytes, group, m.phase,
                      _overlapped(workload, m.collective, m.phase))] * int(count + 0.5)
     return out
-
-
-def largest_bytes(schedule: list[Call]) -> int:
-    """The buffer one pool needs (bytes): the largest message of the schedule (0 when empty)."""
-    return max((c.bytes for c in schedule), default=0)
-
-
-POOL_ALIGN = 64  #: bytes; the receive side of every issuer's pool starts on this boundary
-
-
-def receive_offset(largest: int) -> int:
-    """Where a pool's receive side starts (bytes): after the largest message (at least one float32),
-    rounded up to ``POOL_ALIGN`` so that views of any element type there are aligned."""
-    return -(-max(largest, 4) // POOL_ALIGN) * POOL_ALIGN
 
 
 def steps(schedule: list[Call], compute_s: float = 0.0) -> list[Step]:

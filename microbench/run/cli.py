@@ -20,7 +20,6 @@ import argparse
 
 from microbench.benchmarks.dtypes import DTYPES, OPS
 from microbench.cluster import launch
-from microbench.errors import UsageError
 from microbench.measure.buffers import HUGE_PAGE_POLICIES
 
 
@@ -28,26 +27,23 @@ def main(args) -> int:
     """The ``run`` verb: on every rank the driver; alone with ``--np N``, start N ranks under mpiexec.
 
     The ``--np`` parent imports only what checks the options before it starts the ranks."""
-    if args.np is not None and not launch.discover().under_launcher:
-        return _launch_local(args)
+    if launch.is_np_parent(args.np):
+        return launch.start_ranks(args._argv, args.np, lambda: _check_before_ranks(args))
     from microbench.run import driver
 
     return driver.run(args, args._argv)
 
 
-def _launch_local(args) -> int:
-    """``--np N`` outside a launcher: check what can be checked here, then start N ranks under mpiexec."""
+def _check_before_ranks(args) -> None:
+    """The ``--np`` parent's checks: the options, the test hooks, and what the ranks would refuse on this host."""
     from microbench.measure.testhooks import FaultHooks
     from microbench.options import RunOptions
     from microbench.run import preflight
 
-    if args.np < 1:
-        raise UsageError(f"--np must be at least 1 (got {args.np})")
     opts = RunOptions.from_args(args)
     FaultHooks.from_env(warn=False).check_usable(opts.timeout)
     preflight.validate_for_ranks(opts, args.np, args.np)
     preflight.preflight_local(opts)
-    return launch.self_launch(args._argv, args.np)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ import functools
 
 import numpy as np
 
+from microbench.benchmarks.table import MPI_CALLS, nonblocking_mpi_call
 from microbench.measure.backends.nonblocking import NonBlocking
 
 _TAG_DATA, _TAG_ACK = 1, 2
@@ -39,10 +40,9 @@ class MPIBackend:
     #: an in-place reduce_scatter leaves the result in the first block (MPI_Reduce_scatter_block)
     in_place_result_at_rank = False
 
-    #: the MPI function each primitive calls (reduce_scatter: see ``reduce_scatter_call``)
-    CALLS = {"allreduce": "MPI_Allreduce", "reduce": "MPI_Reduce", "allgather": "MPI_Allgather",
-             "broadcast": "MPI_Bcast", "alltoall": "MPI_Alltoall", "pingpong": "MPI_Send/MPI_Recv",
-             "stream": "MPI_Isend/MPI_Irecv", "reduce_scatter": "MPI_Reduce_scatter_block"}
+    #: the MPI function each blocking primitive calls, as the benchmark table says (reduce_scatter: see
+    #: ``reduce_scatter_call``)
+    CALLS = MPI_CALLS
     #: --reduce-scatter-call: block (MPI_Reduce_scatter_block, as nccl-tests and torch) or vector
     #: (MPI_Reduce_scatter with n equal receive counts, as OMB's osu_reduce_scatter)
     REDUCE_SCATTER_CALLS = {"block": "MPI_Reduce_scatter_block", "vector": "MPI_Reduce_scatter"}
@@ -63,8 +63,7 @@ class MPIBackend:
         if primitive == "reduce_scatter":
             return self.REDUCE_SCATTER_CALLS[self.reduce_scatter_call]
         if primitive not in self.CALLS and primitive.startswith("i") and primitive[1:] in self.CALLS:
-            blocking = self.call_name(primitive[1:])
-            return f"MPI_I{blocking[4].lower()}{blocking[5:]}"
+            return nonblocking_mpi_call(self.call_name(primitive[1:]))
         return self.CALLS.get(primitive)
 
     def mpi_type(self, arr):
@@ -184,6 +183,13 @@ class MPIBackend:
                 Send(a, peer, _TAG_ACK)
         return call
 
+    def shift(self, send, recv, dest, source):
+        """One step of a shift along this communicator (the replay's pipeline send): send to ``dest`` and receive
+        from ``source`` at once (MPI_Sendrecv); None at either end: no partner there (MPI_PROC_NULL)."""
+        null = self.MPI.PROC_NULL
+        return functools.partial(self.comm.Sendrecv, self._spec(send), null if dest is None else dest, _TAG_DATA,
+                                 self._spec(recv), null if source is None else source, _TAG_DATA)
+
     def barrier(self):
         return self.comm.Barrier
 
@@ -241,6 +247,11 @@ class NativeMPIBackend(MPIBackend):
             return self._call("nothing", send)
         return self._call("bistream" if bidirectional else "stream", send, send=send, recv=recv, ack=ack,
                           count=_elements(send), peer=peer, initiator=sender, window=window)
+
+    def shift(self, send, recv, dest, source):
+        from microbench.measure.native.toolchain import NativeUnavailable
+
+        raise NativeUnavailable("the C loop has no shift (MPI_Sendrecv): the replay calls it from Python")
 
 
 def _nothing() -> None:

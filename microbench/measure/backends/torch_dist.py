@@ -49,8 +49,9 @@ class TorchBackend:
     def __init__(self, group=None):
         self.torch, self.dist = import_torch()
         self.group = group
-        self.rank = self.dist.get_rank()
-        self.size = self.dist.get_world_size()
+        #: this rank and the rank count in ``group`` (the run's group holds every rank: the world's numbers)
+        self.rank = self.dist.get_rank(group)
+        self.size = self.dist.get_world_size(group)
         d = self.dist
         self.ops = {"sum": d.ReduceOp.SUM, "max": d.ReduceOp.MAX, "min": d.ReduceOp.MIN}
         self._connected: set[int] = set()  #: peers this rank has exchanged with (see connect)
@@ -60,6 +61,10 @@ class TorchBackend:
     def call_name(self, primitive: str) -> str | None:
         """The MPI function a primitive calls: none (torch.distributed has its own)."""
         return None
+
+    def _global(self, rank: int) -> int:
+        """The world rank of ``rank`` of the group: torch.distributed names roots and peers by world rank."""
+        return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
 
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this process group cannot run the dtype (None when it can), probed with a 1-element call."""
@@ -86,8 +91,8 @@ class TorchBackend:
     def reduce(self, send, recv, op, root):
         if send is not None:
             raise ValueError("torch reduce is in place")
-        f, g, o = self.dist.reduce, self.group, self.ops[op]
-        return lambda: f(recv, root, op=o, group=g)
+        f, g, o, dst = self.dist.reduce, self.group, self.ops[op], self._global(root)
+        return lambda: f(recv, dst, op=o, group=g)
 
     def _own_block(self, tensor):
         """This rank's block of a tensor split n ways (in-place allgather input, reduce_scatter output)."""
@@ -106,8 +111,8 @@ class TorchBackend:
         return lambda: f(recv, send, op=o, group=g)
 
     def broadcast(self, buf, root):
-        f, g = self.dist.broadcast, self.group
-        return lambda: f(buf, root, group=g)
+        f, g, src = self.dist.broadcast, self.group, self._global(root)
+        return lambda: f(buf, src, group=g)
 
     def alltoall(self, send, recv):
         f, g = self.dist.all_to_all_single, self.group
@@ -122,7 +127,7 @@ class TorchBackend:
     def ireduce(self, send, recv, op, root):
         if send is not None:
             raise ValueError("torch reduce is in place")
-        return _async(self.dist.reduce, recv, root, op=self.ops[op], group=self.group)
+        return _async(self.dist.reduce, recv, self._global(root), op=self.ops[op], group=self.group)
 
     def iallgather(self, send, recv):
         send = self._own_block(recv) if send is None else send
@@ -134,7 +139,7 @@ class TorchBackend:
         return _async(self._reduce_scatter, recv, send, op=self.ops[op], group=self.group)
 
     def ibroadcast(self, buf, root):
-        return _async(self.dist.broadcast, buf, root, group=self.group)
+        return _async(self.dist.broadcast, buf, self._global(root), group=self.group)
 
     def ialltoall(self, send, recv):
         return _async(self.dist.all_to_all_single, recv, send, group=self.group)
@@ -159,6 +164,7 @@ class TorchBackend:
     def pingpong(self, send, recv, peer, initiator):
         if peer is None:
             return _nothing
+        peer = self._global(peer)
         self.connect(peer, initiator, send)
         s, r, g = self.dist.send, self.dist.recv, self.group
         if initiator:
@@ -174,6 +180,7 @@ class TorchBackend:
     def stream(self, send, recv, ack, peer, sender, window, bidirectional):
         if peer is None:
             return _nothing
+        peer = self._global(peer)
         self.connect(peer, sender, send)
         d, g = self.dist, self.group
         P2POp, batch = d.P2POp, d.batch_isend_irecv
@@ -197,6 +204,17 @@ class TorchBackend:
                 _wait_all(batch(ops))
                 s(ack, peer, group=g, tag=_TAG_ACK)
         return call
+
+    def shift(self, send, recv, dest, source):
+        """One step of a shift along the group (the replay's pipeline send): send to ``dest`` and receive from
+        ``source`` (group ranks) in one ``batch_isend_irecv``; None at either end: no partner there."""
+        d, g = self.dist, self.group
+        ops = [d.P2POp(op, tensor, self._global(peer), g, _TAG_DATA)
+               for op, tensor, peer in ((d.isend, send, dest), (d.irecv, recv, source)) if peer is not None]
+        if not ops:
+            return _nothing
+        batch = d.batch_isend_irecv
+        return lambda: _wait_all(batch(ops))
 
     def barrier(self) -> Callable[[], None]:
         """A barrier on the benchmark's group; on CUDA the device is synchronised first."""

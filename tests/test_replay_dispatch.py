@@ -1,0 +1,236 @@
+"""The replay issues what it says: each call through the benchmark table's entry (its non-blocking twin when
+overlapped) on its group's communicator, the data landing where the collective says, overlapped calls posted and
+waited at the end of their segment.
+
+In this process, on a real one-rank MPI (a singleton): the dispatch goes through the table (a collective the table
+lacks cannot be replayed), and the executor posts overlapped calls. On 4 real ranks (this file run as a script under
+mpiexec): every collective the replay issues, blocking and posted, and the pipeline shift, on every group kind of
+tp 2 x dp 2 and pp 2 x dp 2, on MPI and on torch.distributed's gloo, moves each rank's data to the ranks its layout
+group holds (the expectation comes from the layout, not from the communicator the call ran on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a script under mpiexec: this checkout's package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from microbench.replay.layout import KINDS, Layout
+from microbench.replay.schedule import Call
+
+#: the workload collectives the replay issues through the table, each checked blocking and posted
+THROUGH_THE_TABLE = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall")
+BYTES = 64  #: per call: 16 float32 elements for the reductions, 64 bytes (per peer for alltoall) otherwise
+
+
+# ------------------------------------------------------------------------------------------------ on 4 ranks
+def probe_calls(layout: Layout) -> list[Call]:
+    """Every collective on every group kind, blocking and posted, and the pipeline shift both ways."""
+    calls = [Call(c, BYTES, kind, "forward", posted) for kind in KINDS for c in THROUGH_THE_TABLE
+             for posted in (False, True) if len(layout.groups(kind)[0]) > 1]
+    if layout.pp > 1:
+        calls += [Call("send", BYTES, "pp", phase, False) for phase in ("forward", "backward")]
+    return calls
+
+
+def _put(buffer, values: np.ndarray) -> None:
+    if hasattr(buffer, "copy_"):  # a torch tensor
+        import torch
+
+        buffer.copy_(torch.from_numpy(values))
+    else:
+        buffer[...] = values
+
+
+def _got(buffer) -> np.ndarray:
+    return buffer.numpy().copy() if hasattr(buffer, "numpy") else np.array(buffer)
+
+
+def _fill(call: Call, issued, me: int, i: int, n: int) -> None:
+    """This rank's data: its world rank + 1 (alltoall: + 16 x the peer's index in the group); receive side 0."""
+    b = issued.buffers
+    if b.recv is not None:
+        _put(b.recv, np.zeros(len(b.recv), dtype=_got(b.recv).dtype))
+    source = b.recv if b.send is None else b.send  # in place (torch all_reduce, reduce): the data sits in recv
+    values = np.full(len(source), me + 1, dtype=_got(source).dtype)
+    if call.collective == "alltoall":
+        values += np.repeat(np.arange(n) * 16, len(source) // n).astype(values.dtype)
+    _put(source, values)
+
+
+def _expected(call: Call, members: tuple, me: int, length: int) -> np.ndarray | None:
+    """What this rank's receive side (broadcast: its buffer) holds after ``call`` on the layout's group ``members``;
+    None where it has nothing to check (a reduce's non-root)."""
+    i, n = members.index(me), len(members)
+    total = float(sum(m + 1 for m in members))
+    if call.collective in ("allreduce", "reduce_scatter"):
+        return np.full(length, total)
+    if call.collective == "reduce":
+        return np.full(length, total) if me == members[0] else None
+    if call.collective == "broadcast":
+        return np.full(length, members[0] + 1)
+    if call.collective == "allgather":
+        return np.repeat([m + 1 for m in members], length // n)
+    if call.collective == "alltoall":
+        return np.repeat([m + 1 + 16 * i for m in members], length // n)
+    peer = i - 1 if call.phase != "backward" else i + 1  # a shift: from the previous stage in forward
+    return np.full(length, members[peer] + 1 if 0 <= peer < n else 0)
+
+
+def _check(call: Call, issued, members: tuple, me: int) -> list[str]:
+    i, n = members.index(me), len(members)
+    name = f"{call.collective} {'posted' if call.overlapped else 'blocking'} on {call.group} {members} ({call.phase})"
+    want_entry = "shift" if call.collective == "send" else ("i" if call.overlapped else "") + call.collective
+    if (issued.entry, issued.posted, issued.group_ranks) != (want_entry, call.overlapped, n):
+        return [f"{name}: issued as {issued.entry} (posted {issued.posted}) on {issued.group_ranks} ranks"]
+    _fill(call, issued, me, i, n)
+    issued.call()  # a posted call: post, then wait
+    b = issued.buffers
+    where = b.send if call.collective == "broadcast" else b.recv
+    got = _got(where)
+    want = _expected(call, members, me, len(got))
+    if want is not None and not np.array_equal(got, want.astype(got.dtype)):
+        return [f"{name}: rank {me} holds {got[:8].tolist()}..., expected {want[:8].tolist()}..."]
+    return []
+
+
+def probe(backend: str, tp: int, pp: int, dp: int) -> list[str]:
+    """On this rank of a tp x pp x dp job: every probe call through the replay's issuer, checked. Its failures."""
+    from microbench.cluster.world import init_world
+
+    world = init_world()
+    layout = Layout(tp, pp, dp)
+    calls = probe_calls(layout)
+    if backend == "mpi":
+        from microbench.replay.issue_mpi import MpiIssuer
+
+        issuer = MpiIssuer(world.MPI, world.MPI.COMM_WORLD, layout, world.rank, calls)
+    else:
+        from microbench.replay.issue_torch import TorchIssuer
+
+        issuer = TorchIssuer(world, layout, world.rank, calls, "gloo", "cpu")
+    failures = []
+    for call in calls:
+        failures += _check(call, issuer.issued(call), layout.group_of(world.rank, call.group), world.rank)
+        issuer.barrier()
+    issuer.close()
+    return failures
+
+
+if __name__ == "__main__":
+    backend, tp, pp, dp = sys.argv[1], *map(int, sys.argv[2:5])
+    print(json.dumps({"rank": int(os.environ.get("OMPI_COMM_WORLD_RANK", 0)), "checked": len(probe_calls(
+        Layout(tp, pp, dp))), "failures": probe(backend, tp, pp, dp)}), flush=True)
+    sys.exit(0)
+
+import pytest  # noqa: E402  (the script above runs without pytest)
+
+from conftest import mpiexec_prefix, run_process  # noqa: E402
+from microbench.benchmarks import table  # noqa: E402
+from microbench.errors import UsageError  # noqa: E402
+
+TORCH = importlib.util.find_spec("torch") is not None
+BACKENDS = ["mpi", pytest.param("torch", marks=pytest.mark.skipif(
+    not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tp,pp,dp", [(2, 1, 2), (1, 2, 2)])
+def test_every_call_moves_each_ranks_data_to_its_layout_group(backend, tp, pp, dp):
+    cmd, env = mpiexec_prefix(4)
+    result = run_process([*cmd, sys.executable, __file__, backend, str(tp), str(pp), str(dp)], timeout=180, env=env)
+    assert result.returncode == 0, result.output
+    ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], result.output
+    expected = len(THROUGH_THE_TABLE) * 2 * 2 + (2 if pp > 1 else 0)  # two group kinds of 2 ranks each
+    assert all(r["checked"] == expected for r in ranks)
+    assert [f for r in ranks for f in r["failures"]] == []
+
+
+# ------------------------------------------------------------------------------------------------ in this process
+@pytest.fixture(scope="module")
+def mpi():
+    """MPI initialised in this process as a one-rank job (Open MPI's singleton mode)."""
+    os.environ.setdefault("OMPI_MCA_btl", "^ofi")
+    os.environ.setdefault("OMPI_MCA_mtl", "^ofi")
+    from microbench.cluster.mpi_runtime import import_mpi
+
+    return import_mpi()
+
+
+def _dispatcher(mpi, calls: list[Call]):
+    from microbench.measure.backends.mpi import MPIBackend
+    from microbench.replay.dispatch import Dispatcher
+    from microbench.replay.pool import HostPool
+
+    return Dispatcher({kind: MPIBackend(mpi.COMM_SELF, mpi) for kind in KINDS}, calls, HostPool)
+
+
+def test_each_call_is_built_by_its_table_entry_or_its_posted_twin(mpi, monkeypatch):
+    built = []
+    for name in THROUGH_THE_TABLE:
+        for entry in (table.COLLECTIVES[name], table.COLLECTIVES["i" + name]):
+            def spy(be, b, c, entry=entry):
+                built.append(entry.name)
+                return entry.build(be, b, c)
+            monkeypatch.setitem(table.COLLECTIVES, entry.name, dataclasses.replace(entry, build=spy))
+    calls = [Call(c, BYTES, "dp", "gradients", posted) for c in THROUGH_THE_TABLE for posted in (False, True)]
+    issued = _dispatcher(mpi, calls)
+    for call in calls:
+        done = issued(call)
+        assert built[-1] == done.entry == ("i" if call.overlapped else "") + call.collective
+        assert done.posted == call.overlapped and done.group_ranks == 1
+        done.call()  # the real call on one rank
+    assert len(built) == len(calls)
+    allreduce = issued(calls[0]).buffers
+    assert np.array_equal(allreduce.recv, allreduce.send)  # the sum over one rank
+
+
+def test_a_collective_the_table_lacks_cannot_be_replayed(mpi, monkeypatch):
+    monkeypatch.delitem(table.COLLECTIVES, "allgather")
+    with pytest.raises(UsageError, match="cannot replay allgather blocking: the benchmark table has no entry"):
+        _dispatcher(mpi, [Call("allgather", BYTES, "dp", "forward", False)])
+    monkeypatch.delitem(table.COLLECTIVES, "ialltoall")
+    blocking = Call("alltoall", BYTES, "dp", "forward", False)
+    assert _dispatcher(mpi, [blocking])(blocking).entry == "alltoall"
+    with pytest.raises(UsageError, match="cannot replay alltoall posted non-blocking"):
+        _dispatcher(mpi, [dataclasses.replace(blocking, overlapped=True)])
+
+
+def test_overlapped_calls_are_posted_and_waited_when_their_segment_ends(mpi):
+    from microbench.measure.backends.nonblocking import NonBlocking
+    from microbench.replay.execute import Executor
+
+    steps = [Call("allreduce", 64, "dp", "gradients", True), Call("allreduce", 128, "dp", "gradients", True),
+             Call("allgather", 64, "dp", "optimizer", False), Call("allreduce", 64, "dp", "gradients", True)]
+    issued, events = _dispatcher(mpi, steps), []
+
+    def logged(call: Call):
+        done, what = issued(call), f"{call.collective} {call.bytes}"
+        if not done.posted:
+            return dataclasses.replace(done, call=lambda: (events.append(f"call {what}"), done.call()))
+        nb = done.call
+        return dataclasses.replace(done, call=NonBlocking(lambda: (events.append(f"post {what}"), nb.post())[1],
+                                                          nb.test, lambda h: (events.append(f"wait {what}"),
+                                                                              nb.wait(h))))
+
+    executor = Executor(logged, steps)
+    times = executor.iteration()
+    assert events == ["post allreduce 64", "post allreduce 128", "wait allreduce 64", "wait allreduce 128",
+                      "call allgather 64", "post allreduce 64", "wait allreduce 64"]
+    assert set(times.per_call_s) == {("allreduce", "dp", 64), ("allreduce", "dp", 128), ("allgather", "dp", 64)}
+    assert times.wall_s >= sum(times.per_call_s.values())
+    counted = executor.issued_calls()
+    assert counted[("allreduce", "dp", 64)].calls == 2 and counted[("allreduce", "dp", 64)].entries == {"iallreduce"}
+    assert counted[("allgather", "dp", 64)].entries == {"allgather"}
+    events.clear()
+    executor.iteration(compute_only=True)
+    assert events == []  # compute-only iterations issue nothing
