@@ -240,7 +240,8 @@ def bisect_record(*, run_id: str, benchmark: str, size_bytes: int, dtype: str, i
 def replay_record(*, run_id: str, argv: list[str], backend: str, layout: Layout, mpi: dict | None,
                   summary: dict) -> dict:
     """One replay (microbench replay --out): where it ran and under which conditions, then its summary (the
-    workload, measured figures, prediction and comparison, as ``microbench.replay.cli`` builds them)."""
+    workload, measured figures, prediction and comparison, as ``replay/summary.py`` and ``replay/driver.py``
+    build them)."""
     return _make(model.ReplayRecord, {
         "schema": SCHEMA_VERSION, "run_id": run_id, "microbench_version": microbench.__version__,
         "time_utc": facts.utc_now(), "command": shlex.join(["microbench", *argv]), "backend": backend,

@@ -606,11 +606,20 @@ class ReplayWorkload(Block, kw_only=True):
 
 
 class ReplayCall(Block, kw_only=True):
+    """One (collective, group, bytes) of the replayed iteration: its calls in the schedule, what was issued for
+    them (the benchmark table's entries, the group's ranks, the buffers moved per rank) and its times."""
+
     collective: str
     group: Literal["tp", "pp", "dp"]
     bytes: Bytes
     calls: Positive
     overlapped: bool | UnsetType = UNSET
+    issued: Count | UnsetType = UNSET  #: calls issued per iteration (the slowest rank's count)
+    issued_as: list[str] | UnsetType = UNSET  #: the benchmark table's entries the calls went through
+    group_ranks: Optional[Positive] | UnsetType = UNSET
+    send_bytes: Optional[Bytes] | UnsetType = UNSET
+    recv_bytes: Optional[Bytes] | UnsetType = UNSET
+    in_place: Optional[bool] | UnsetType = UNSET
     replayed_s: Seconds
     isolated_s_per_call: Optional[Seconds] | UnsetType = UNSET
     concurrent_s_per_call: Optional[Seconds] | UnsetType = UNSET

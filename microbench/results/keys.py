@@ -114,13 +114,12 @@ def field_value(result: dict, name: str) -> Any:
 def _mpi_call_before_the_field(result: dict) -> str | None:
     """Records written before ``mpi_call`` existed: MPI results called their primitive's default function
     (``MPI_Reduce_scatter_block`` for reduce_scatter)."""
-    from microbench.measure.backends.mpi import MPIBackend
-    from microbench.benchmarks.table import COLLECTIVES
+    from microbench.benchmarks.table import COLLECTIVES, MPI_CALLS
 
     coll = COLLECTIVES.get(result.get("benchmark") or "")
     if result.get("backend") != "mpi" or coll is None:
         return None
-    return MPIBackend.CALLS.get(coll.primitive)
+    return MPI_CALLS.get(coll.primitive)  # None for the non-blocking entries, as it was for those records
 
 
 def _call_path_before_the_field(result: dict) -> str | None:
