@@ -70,3 +70,4 @@ def test_the_worked_example_builds_and_passes_its_check(tmp_path):
     assert [r["size_bytes"] for r in res] == [8, 16, 32, 64, 128, 256, 512, 1024]
     assert all(r["benchmark"] == "gather" and r["check"] == "pass" and r["loop"] == "native" for r in res), res
     assert all(r["recv_bytes"] == 2 * r["size_bytes"] for r in res)
+    assert all(r.get("mpi_call") == "MPI_Gather" for r in res), [r.get("mpi_call") for r in res]
