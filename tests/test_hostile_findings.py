@@ -771,7 +771,8 @@ def test_f13_n11_a_spec_limit_of_400_digits_is_one_line(tmp_path, real):
     error_line(done, f".*{re.escape(s.name)}.*")
 
 
-@pytest.mark.parametrize("option", [("--timeout", "nan"), ("--time-budget", "inf"), ("--time-budget", "nan")])
+@pytest.mark.parametrize("option", [("--timeout", "nan"), ("--time-budget", "inf"), ("--time-budget", "nan")],
+                         ids=["timeout-nan", "time-budget-inf", "time-budget-nan"])
 def test_f13_n11_run_refuses_a_non_finite_time_option(tmp_path, option):
     """F13 and N11: ``run --timeout nan`` and ``--time-budget inf`` (rank 0 died writing a non-JSON float): exit 2,
     one line naming the option, before any rank starts."""
