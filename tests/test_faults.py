@@ -61,7 +61,7 @@ def test_raising_rank_ends_the_job(tmp_path):
     proc = microbench("run", "--np", "2", "latency", "-m", "8:64", "-i", "10", "--out", str(out),
                       env={"MICROBENCH_TEST_RAISE": "0:latency:16"}, timeout=QUICK)
     assert proc.returncode != 0 and "timeout:" not in proc.stderr  # the error ended the job, not the watchdog
-    assert "rank 0: RuntimeError: test hook" in proc.stderr
+    assert "rank 0: internal error: RuntimeError: test hook" in proc.stderr
     recs = lines_are_whole_json(out)
     assert [r["size_bytes"] for r in recs if r["type"] == "result"] == [8]
     assert recs[-1]["type"] == "end" and recs[-1]["status"] == "failed" and "RuntimeError" in recs[-1]["reason"]

@@ -331,7 +331,7 @@ def test_a_failing_skew_rule_reads_each_file_once(tmp_path):
     spec = tmp_path / "skew.toml"
     spec.write_text('[[rule]]\nbenchmark = "allreduce"\nmax_rank_skew = 2\n')
     done = mb(tmp_path, "check", path, "--spec", spec)
-    assert done.returncode == 1 and "slowest rank 0 on h?[2J (? us)" in done.stdout, done.output
+    assert done.returncode == 1 and "slowest rank 0 on h\\x1b[2J (? us)" in done.stdout, done.output
 
 
 def test_microbench_records_the_gate_tools_do_not_read_are_not_called_another_tools(tmp_path):
