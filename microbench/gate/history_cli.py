@@ -70,9 +70,10 @@ def main(args) -> int:
                          + (" ..." if len(present) > 12 else ""))
     hist.find_steps(args.min_step, 1 - args.confidence)
     if args.figure:
+        from microbench.output_files import check_target
         from microbench.plotting import check_path
 
-        check_path(args.figure)
+        check_target(check_path(args.figure))
     failing = [f for f in hist.steps if f.worse and not f.explained]
     code = 1 if args.fail_on_step and failing else 0
     if args.json:

@@ -249,6 +249,10 @@ def _compute(args, weighting: dict, workload: Workload) -> dict:
 def main(args) -> int:
     model = _model(args)
     _check_combinations(args, model)
+    if args.figure:  # before any work: a name matplotlib would change, or a link planted on it
+        from microbench.workload.figure import check_figure_path
+
+        check_figure_path(args.figure)
     if args.seq and len(args.seq) > 1:
         return _sweep(args, model)
     messages, workload, assumptions, out, lines = _from_trace(args, model) if args.trace else _from_model(args, model)
