@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from microbench.benchmarks.table import PAIRS
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
 from microbench.gate import junit
 from microbench.gate.check import RuleOutcome, evaluate
 from microbench.gate.spec import Spec, load_spec
@@ -113,7 +113,8 @@ def as_json(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], files:
 def report_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], failures_only: bool = False
                  ) -> list[str]:
     libs = sorted({mpi_library(r) for r in runs})
-    lines = [f"# microbench check: spec {spec.path}" + (f" ({spec.description})" if spec.description else ""),
+    lines = [f"# microbench check: spec {printable(spec.path)}"
+             + (f" ({printable(spec.description)})" if spec.description else ""),
              f"# {len(runs)} run(s), {time_span(runs)}, {', '.join(libs)}"]
     for r in runs:
         status = (r.end or {}).get("status", "no end line")
@@ -141,7 +142,7 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     """The rule's verdict line, its fail-closed problems, and a row per configuration and criterion."""
     rule = outcome.rule
     verdict = "PASS" if outcome.passed else "FAIL"
-    lines = [f"rule {rule.index} {verdict}: {rule.title()} [{rule.judging_text()}]"]
+    lines = [f"rule {rule.index} {verdict}: {printable(rule.title())} [{rule.judging_text()}]"]
     lines += [f"  FAIL  {p}" for p in outcome.problems]
     judgements = [j for j in outcome.judgements if not (failures_only and j.passed)]
     if not judgements:

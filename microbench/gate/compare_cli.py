@@ -17,6 +17,7 @@ See docs/regressions.md.
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
@@ -78,8 +79,8 @@ def parse_threshold(text: str, option: str = "--threshold") -> float:
     if not raw.endswith("%") and value >= 1:
         raise UsageError(f"bad {option} {text!r}: a bare number is a fraction (0.05 = 5 %); write {raw}% "
                          "for a percentage")
-    if not value > 0:
-        raise UsageError(f"bad {option} {text!r}: must be above 0")
+    if not value > 0 or not math.isfinite(value):
+        raise UsageError(f"bad {option} {text!r}: must be a finite number above 0")
     return value
 
 
