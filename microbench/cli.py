@@ -41,6 +41,15 @@ VERBS = {
 }
 
 
+EXIT_STATUSES = """exit status:
+  0  success (every verdict PASS)
+  1  a verdict of FAIL or regression (check, compare, history --fail-on-step); for run and replay, a run that failed
+  2  bad input or environment: one line 'microbench: error: ...' naming the file (FILE:LINE for a line of it)
+  3  an internal error: a bug, one line 'microbench: internal error: ...' (MICROBENCH_DEBUG=1 for the traceback)
+  4  reserved (an inconclusive verdict)
+  130 interrupted; 141 the reader of the output went away"""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, and prints help on rank 0 only."""
 
@@ -60,7 +69,7 @@ def _verb_in(argv: list[str]) -> str | None:
 
 def build_parser(argv: list[str] | None = None) -> Parser:
     """The parser; only the verb named in ``argv`` gets its arguments (and its module imported)."""
-    parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."),
+    parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."), epilog=EXIT_STATUSES,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)

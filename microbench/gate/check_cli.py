@@ -1,4 +1,5 @@
-"""Judge results against an acceptance spec (a TOML list of rules): exit 0 all pass, 1 any fails, 2 bad input.
+"""Judge results against an acceptance spec (a TOML list of rules): exit 0 all pass, 1 any fails, 2 bad input,
+3 an internal error (a bug, never a verdict).
 
 Each rule selects results (benchmark, sizes, filters such as backend or ranks) and states limits:
 max_latency_us (judged on p50 unless stat = ...), min_busbw_gbps, min_algbw_gbps, require_check, and

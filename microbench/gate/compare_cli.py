@@ -10,7 +10,8 @@ A regression is a ratio beyond --threshold in the bad direction that is signific
 Changes beyond the threshold that no test could judge (too few runs) end the report UNTESTED, not PASS, with
 what would test them. Per benchmark it says the smallest change it would have flagged with 90 % probability,
 and with --plan PCT how many runs a side a change of PCT needs on these runs' spread.
-Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input; UNTESTED exits 0.
+Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input, 3 on an internal
+error (a bug, never a verdict); UNTESTED exits 0.
 See docs/regressions.md.
 """
 

@@ -9,7 +9,8 @@ configurations) and the OMB-style tables; with --spec, the check's verdict per r
 with --baseline, the compare verdicts with their intervals (the RESULTS are the new side); the history of
 each configuration across the runs; the pairwise link test's heatmaps; with --workload, the pricing of
 `microbench workload ... --results RUN.jsonl --json`. Style and script are inline and the page loads
-nothing from the network. Exit 0 when written (whatever the verdicts), 2 on bad input.
+nothing from the network. Exit 0 when written (whatever the verdicts), 2 on bad input, 3 on an internal error.
+The page is written to a temporary file put on -o's name: never through a link planted there.
 
 Every input is read once, through the columnar reader. Past ``--newest`` runs the page aggregates (per
 configuration the median over runs with its band, the newest runs individually, history binned) and says
