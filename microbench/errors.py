@@ -110,8 +110,13 @@ class PrintableStream(io.TextIOBase):
         self.raw = raw
 
     def write(self, text: str) -> int:
+        safe = terminal_safe(text)
         try:
-            self.raw.write(terminal_safe(text))
+            try:
+                self.raw.write(safe)
+            except UnicodeEncodeError:  # a terminal that cannot show a printable character (LANG=C, an ASCII pipe)
+                encoding = self.raw.encoding or "ascii"
+                self.raw.write(safe.encode(encoding, "backslashreplace").decode(encoding))
         except BrokenPipeError:
             raise
         except OSError as exc:

@@ -102,6 +102,13 @@ def test_the_stream_sanitizes_what_is_written_and_json_passes_byte_identical():
     assert raw.getvalue() == document  # JSON (ensure_ascii) is printable ASCII: nothing changes
 
 
+def test_a_terminal_that_cannot_show_a_character_gets_its_escape():
+    raw = io.TextIOWrapper(io.BytesIO(), encoding="ascii")  # LANG=C, PYTHONIOENCODING=ascii
+    print("h\u00e9llo \u65e5", file=PrintableStream(raw))
+    raw.flush()
+    assert raw.buffer.getvalue() == b"h\\xe9llo \\u65e5\n"
+
+
 def test_the_progress_bar_gets_the_raw_stream_and_lines_above_it_are_sanitized():
     raw = io.StringIO()
     bar = Progress(2, stream=PrintableStream(raw), enabled=True)
