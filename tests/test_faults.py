@@ -117,7 +117,7 @@ def test_signal_mid_sweep_marks_the_run_incomplete(how, tmp_path):
 
 def test_timeout_must_not_be_negative():
     proc = microbench("run", "--np", "2", "allreduce", "-m", "8", "--timeout", "-1", timeout=QUICK)
-    assert proc.returncode == 2 and "--timeout must be 0 (off) or positive" in proc.stderr
+    assert proc.returncode == 2 and "--timeout must be 0 (off) or a finite number of positive seconds" in proc.stderr
 
 
 def test_a_leftover_hook_without_testing_is_ignored_with_a_warning(tmp_path):
