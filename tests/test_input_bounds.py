@@ -94,8 +94,8 @@ def test_line_numbers_count_newlines_only(capsys, tmp_path):
 # ------------------------------------------------------------------------------------------- report --workload (N14)
 @pytest.fixture
 def pricing(tmp_path, results) -> dict:
-    out = run_process([sys.executable, "-m", "microbench", "workload", "--model", "1.3B", "--scheme", "ddp", "--dp", "2",
-                       "--results", str(results), "--json"], timeout=LIMIT_S)
+    out = run_process([sys.executable, "-m", "microbench", "workload", "--model", "1.3B", "--scheme", "ddp",
+                       "--dp", "2", "--results", str(results), "--json"], timeout=LIMIT_S)
     assert out.returncode == 0, out.output
     data = json.loads(out.stdout)
     assert data["weighting"]["collectives"] and data["weighting"]["bins"] and data["weighting"]["messages"]
@@ -118,7 +118,8 @@ def _set(path: str, value):
     (_set("weighting.bins", [1, 2]), r"weighting\.bins\[0\]: 1 is not an object"),
     (_set("weighting.bins.0.from_bytes", "x"), r'weighting\.bins\[0\]\.from_bytes: "x" is not a size in bytes'),
     (_set("weighting.time_per_iteration_us", "x"), r'weighting\.time_per_iteration_us: "x" is not a finite number'),
-    (_set("weighting.time_per_iteration_us", 10 ** 400), r"weighting\.time_per_iteration_us: 10{39} is not a finite number"),
+    (_set("weighting.time_per_iteration_us", 10 ** 400),
+     r"weighting\.time_per_iteration_us: 10{39} is not a finite number"),
     (_set("weighting.messages.0.count", [1]), r"weighting\.messages\[0\]\.count: list is not a finite number"),
     (_set("model", [1]), r"model: list is not an object"),
     (_set("compute", {"tflops_per_device": None}), r"compute\.tflops_per_device: null is not a finite number"),

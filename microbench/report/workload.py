@@ -128,7 +128,8 @@ def _rows(wt: dict, number, table) -> list[str | None]:
         out.append(table(m, f"weighting.messages[{i}]", dict, optional=False))
         if isinstance(m, dict):
             out += [number(m.get("count"), f"weighting.messages[{i}].count"),
-                    *(number(m.get(k), f"weighting.messages[{i}].{k}", optional=True) for k in ("latency_us", "time_us"))]
+                    *(number(m.get(k), f"weighting.messages[{i}].{k}", optional=True)
+                      for k in ("latency_us", "time_us"))]
     for i, e in enumerate(wt.get("extrapolated") if isinstance(wt.get("extrapolated"), list) else ()):
         if not isinstance(e, dict) or any(k not in e for k in ("collective", "bytes", "how")):
             out.append(f"weighting.extrapolated[{i}]: not an object with collective, bytes and how")
