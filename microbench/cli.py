@@ -1,20 +1,27 @@
 """The ``microbench`` command: one parser, one verb per module.
 
 Errors end with one line (``microbench: error: ...``) printed by rank 0 and a non-zero status on every
-rank; an unexpected exception on any rank aborts the whole MPI job within seconds.
+rank; an unexpected exception on any rank aborts the whole MPI job within seconds. Exit statuses: 0 success,
+1 a verdict of FAIL (or a run that failed), 2 bad input or environment, 3 an internal error (a bug), 4
+reserved, 130 interrupted, 141 a closed pipe (``microbench.errors``). For the verb's duration stdout and
+stderr pass every line through one sanitizer (``errors.PrintableStream``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 import traceback
+import warnings
+from typing import Iterator
 
 from microbench import __version__
 from microbench.cluster import launch
-from microbench.errors import RunError, UsageError
+from microbench.errors import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, OutputError,
+                               PrintableStream, RunError, UsageError, printable)
 
 #: verb -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> int, and its
 #: ``HELP`` (else its docstring) is the verb's --help text; ``args._argv`` holds the command's arguments as
@@ -32,6 +39,15 @@ VERBS = {
     "info": ("microbench.cluster.info_cli", "what this machine, MPI and torch offer"),
     "replay": ("microbench.replay.cli", "replay one training iteration's communication and time it"),
 }
+
+
+EXIT_STATUSES = """exit status:
+  0  success (every verdict PASS)
+  1  a verdict of FAIL or regression (check, compare, history --fail-on-step); for run and replay, a run that failed
+  2  bad input or environment: one line 'microbench: error: ...' naming the file (FILE:LINE for a line of it)
+  3  an internal error: a bug, one line 'microbench: internal error: ...' (MICROBENCH_DEBUG=1 for the traceback)
+  4  reserved (an inconclusive verdict)
+  130 interrupted; 141 the reader of the output went away"""
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,7 +69,7 @@ def _verb_in(argv: list[str]) -> str | None:
 
 def build_parser(argv: list[str] | None = None) -> Parser:
     """The parser; only the verb named in ``argv`` gets its arguments (and its module imported)."""
-    parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."),
+    parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."), epilog=EXIT_STATUSES,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
@@ -81,19 +97,48 @@ def _debug() -> bool:
     return os.environ.get("MICROBENCH_DEBUG", "") not in ("", "0")
 
 
-def _abort_job(exc: BaseException) -> int:
-    """An unexpected exception: one line from this rank, then end every rank of the job."""
-    info = launch.discover()
-    where = f"rank {info.rank}: " if info.under_launcher else ""
-    print(f"microbench: {where}{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-    if _debug():
-        traceback.print_exc()
-    else:
-        print("microbench: set MICROBENCH_DEBUG=1 for the traceback", file=sys.stderr, flush=True)
+def _say(line: str) -> None:
+    """One line on stderr, whatever state stderr is in (full, closed)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, UsageError):
+        pass
+
+
+def _end_job(code: int) -> None:
+    """A rank-local error under MPI with other ranks: end every rank now, with ``code`` where the launcher passes
+    it on (Open MPI's and MPICH's mpiexec return the code given to MPI_Abort)."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
-        mpi.COMM_WORLD.Abort(1)
-    return 1
+        mpi.COMM_WORLD.Abort(code)
+
+
+def _where() -> str:
+    info = launch.discover()
+    return f"rank {info.rank}: " if info.under_launcher else ""
+
+
+def _abort_job(exc: BaseException) -> int:
+    """An unexpected exception (a bug): one line from this rank, then end every rank of the job (exit 3)."""
+    _say(f"microbench: {_where()}internal error: {type(exc).__name__}: {printable(str(exc))} "
+         + ("(a bug)" if _debug() else "(a bug; set MICROBENCH_DEBUG=1 for the traceback)"))
+    if _debug():
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    _end_job(EXIT_INTERNAL)
+    return EXIT_INTERNAL
+
+
+def _system_error(exc: OSError) -> int:
+    """What the operating system refused (a file that cannot be read or written, a full disk): bad environment,
+    one line from this rank naming the file, exit 2 (every rank of the job ends)."""
+    name = f"{printable(os.fsdecode(exc.filename))}: " if exc.filename is not None else ""
+    _say(f"microbench: {_where()}error: {name}{printable(exc.strerror or str(exc))}")
+    if _debug():
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    _end_job(EXIT_USAGE)
+    return EXIT_USAGE
 
 
 def _leave_torch_distributed() -> None:
@@ -117,32 +162,76 @@ def _collective_usage_error(argv: list[str], exc: UsageError) -> None:
     agree.raise_if_any(world.reducer, exc)
 
 
+def _silence_stdout() -> None:
+    """stdout failed (a closed pipe, a full disk): what it still buffers goes to /dev/null, so the interpreter's
+    last flush neither fails nor prints."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+@contextlib.contextmanager
+def _terminal() -> Iterator[None]:
+    """For the verb's duration: stdout and stderr through the one sanitizer (``errors.terminal_safe``), and no
+    numpy floating-point warning on the terminal (a figure that is not finite is the output's to say: strict
+    JSON writes null and notes it); any other warning is one sanitized line."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout = out if isinstance(out, PrintableStream) else PrintableStream(out)
+    sys.stderr = err if isinstance(err, PrintableStream) else PrintableStream(err)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning,
+                                message=r".*(encountered|empty slice|Degrees of freedom)")
+        warnings.showwarning = _one_line_warning
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = out, err
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    _say(f"# note: {category.__name__}: {printable(str(message))}")
+
+
+def _run(argv: list[str]) -> int:
+    """Parse, run the verb, flush its output; exceptions go to ``main``."""
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except UsageError as exc:
+        _collective_usage_error(argv, exc)
+        raise
+    args._argv = argv
+    code = int(args._module.main(args) or 0)
+    sys.stdout.flush()  # a full disk is found here, not in the interpreter's last flush
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``microbench`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+    with _terminal():
         try:
-            args = build_parser(argv).parse_args(argv)
-        except UsageError as exc:
-            _collective_usage_error(argv, exc)
+            return _run(argv)
+        except OutputError as exc:  # this rank's stdout or stderr: the other ranks do not know
+            _say(f"microbench: {_where()}error: {exc}")
+            _silence_stdout()
+            _end_job(EXIT_USAGE)
+            return EXIT_USAGE
+        except (UsageError, RunError) as exc:  # raised on every rank (agree.raise_if_any): rank 0 says it
+            if launch.is_rank0():
+                _say(f"microbench: error: {printable(str(exc))}")
+            _leave_torch_distributed()
+            return exc.exit_code
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:  # the reader of our output went away (| head): stop quietly, as SIGPIPE would
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
+        except SystemExit:
             raise
-        args._argv = argv
-        return int(args._module.main(args) or 0)
-    except (UsageError, RunError) as exc:
-        if launch.is_rank0():
-            print(f"microbench: error: {exc}", file=sys.stderr, flush=True)
-        _leave_torch_distributed()
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # the reader of our output went away (| head): stop quietly, as SIGPIPE would
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - the last line of defence against a hung job
-        return _abort_job(exc)
+        except OSError as exc:
+            return _system_error(exc)
+        except BaseException as exc:  # noqa: BLE001 - the last line of defence against a hung job
+            return _abort_job(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import microbench
@@ -191,8 +192,8 @@ def _check_values(args, benchmarks: list[str]) -> None:
             raise UsageError(f"{flag} must be at least 1 (got {value})")
     if args.warmup is not None and args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more (got {args.warmup})")
-    if args.time_budget is not None and args.time_budget <= 0:
-        raise UsageError(f"--time-budget must be positive seconds (got {args.time_budget})")
+    if args.time_budget is not None and not 0 < args.time_budget < math.inf:
+        raise UsageError(f"--time-budget must be a finite number of positive seconds (got {args.time_budget})")
     if args.time_budget is not None and args.iterations is not None:
         raise UsageError("--time-budget and --iterations both choose the iteration count; give one")
     if args.in_place:
@@ -204,8 +205,8 @@ def _check_values(args, benchmarks: list[str]) -> None:
         raise UsageError(f"--root must be a rank (got {args.root})")
     if args.first_call_samples < 1:
         raise UsageError(f"--first-call-samples must be at least 1 (got {args.first_call_samples})")
-    if args.timeout < 0:
-        raise UsageError(f"--timeout must be 0 (off) or positive seconds (got {args.timeout})")
+    if not 0 <= args.timeout < math.inf:
+        raise UsageError(f"--timeout must be 0 (off) or a finite number of positive seconds (got {args.timeout})")
 
 
 def _overlap_options(args, benchmarks: list[str]) -> dict:
@@ -218,8 +219,8 @@ def _overlap_options(args, benchmarks: list[str]) -> dict:
     if args.compute_ratio is not None and args.compute_us is not None:
         raise UsageError("--compute-ratio and --compute-us both set the compute time; give one")
     for flag, value in (("--compute-ratio", args.compute_ratio), ("--compute-us", args.compute_us)):
-        if value is not None and not value >= 0:
-            raise UsageError(f"{flag} must be 0 or more (got {value})")
+        if value is not None and not 0 <= value < math.inf:
+            raise UsageError(f"{flag} must be a finite number, 0 or more (got {value})")
     if args.num_tests < 0:
         raise UsageError(f"--num-tests must be 0 or more (got {args.num_tests})")
     cuda_torch = args.backend == "torch" and args.device == "cuda"

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "microbench"
 
 #: low to high; a layer may import from itself and the layers before it ("" is the package's own __init__)
 LAYERS = (
-    ("", "errors", "units"),
+    ("", "errors", "units", "output_files"),
     ("benchmarks",),
     ("options",),
     ("cluster",),

@@ -87,23 +87,30 @@ def mem_available_bytes() -> int | None:
         return None
 
 
+_CAPPED: set[str] = set()  #: the worker variables already noted as capped
+
+
 def fork_workers(variable: str, limit: int) -> int:
-    """How many forked worker processes a tool may start: ``$variable`` if set (a whole number of at least 1),
-    else the CPUs this process may run on, at most ``limit``; 1 where fork is not available or not safe (this
-    process runs more than one thread)."""
+    """How many forked worker processes a tool may start: ``$variable`` if set (a whole number of at least 1; more
+    than ``limit`` is read as ``limit``, said once in a note), else the CPUs this process may run on, at most
+    ``limit``; 1 where fork is not available or not safe (this process runs more than one thread)."""
     import multiprocessing
+    import sys
     import threading
 
-    from microbench.errors import UsageError
+    from microbench.errors import UsageError, printable
 
     text = os.environ.get(variable, "").strip()
     if text:
-        try:
-            chosen = int(text)
-        except ValueError:
-            chosen = 0
-        if chosen < 1:
-            raise UsageError(f"{variable}={text!r}: expected a whole number of at least 1")
+        if not (text.isascii() and text.isdigit()) or not text.strip("0"):
+            raise UsageError(f"{variable}={printable(text[:40])!r}: expected a whole number of at least 1")
+        chosen = int(text) if len(text) <= 18 else limit + 1
+        if chosen > limit:
+            if variable not in _CAPPED:
+                _CAPPED.add(variable)
+                print(f"# note: {variable}={printable(text[:40])}: at most {limit} workers are started",
+                      file=sys.stderr)
+            chosen = limit
     else:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         chosen = min(cpus, limit)

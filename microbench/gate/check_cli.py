@@ -1,4 +1,5 @@
-"""Judge results against an acceptance spec (a TOML list of rules): exit 0 all pass, 1 any fails, 2 bad input.
+"""Judge results against an acceptance spec (a TOML list of rules): exit 0 all pass, 1 any fails, 2 bad input,
+3 an internal error (a bug, never a verdict).
 
 Each rule selects results (benchmark, sizes, filters such as backend or ranks) and states limits:
 max_latency_us (judged on p50 unless stat = ...), min_busbw_gbps, min_algbw_gbps, require_check, and
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from microbench.benchmarks.table import PAIRS
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
 from microbench.gate import junit
 from microbench.gate.check import RuleOutcome, evaluate
 from microbench.gate.spec import Spec, load_spec
@@ -69,10 +70,7 @@ def main(args) -> int:
         replays = replay_check.read_replays(args.results)
         replay_outcomes = [replay_check.judge(rule, replays) for rule in spec.replay_rules]
     if args.junit:
-        try:
-            junit.write(args.junit, spec, outcomes, {"results": " ".join(args.results), "runs": str(len(runs))})
-        except OSError as exc:
-            raise UsageError(f"cannot write JUnit XML to {args.junit}: {exc.strerror or exc}") from None
+        junit.write(args.junit, spec, outcomes, {"results": " ".join(args.results), "runs": str(len(runs))})
     if args.json:
         out = as_json(spec, runs, outcomes, args.results)
         if replay_outcomes:
@@ -117,7 +115,8 @@ def as_json(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], files:
 def report_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], failures_only: bool = False
                  ) -> list[str]:
     libs = sorted({mpi_library(r) for r in runs})
-    lines = [f"# microbench check: spec {spec.path}" + (f" ({spec.description})" if spec.description else ""),
+    lines = [f"# microbench check: spec {printable(spec.path)}"
+             + (f" ({printable(spec.description)})" if spec.description else ""),
              f"# {len(runs)} run(s), {time_span(runs)}, {', '.join(libs)}"]
     for r in runs:
         status = (r.end or {}).get("status", "no end line")
@@ -145,7 +144,7 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     """The rule's verdict line, its fail-closed problems, and a row per configuration and criterion."""
     rule = outcome.rule
     verdict = "PASS" if outcome.passed else "FAIL"
-    lines = [f"rule {rule.index} {verdict}: {rule.title()} [{rule.judging_text()}]"]
+    lines = [f"rule {rule.index} {verdict}: {printable(rule.title())} [{rule.judging_text()}]"]
     lines += [f"  FAIL  {p}" for p in outcome.problems]
     judgements = [j for j in outcome.judgements if not (failures_only and j.passed)]
     if not judgements:

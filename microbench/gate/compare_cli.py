@@ -10,13 +10,15 @@ A regression is a ratio beyond --threshold in the bad direction that is signific
 Changes beyond the threshold that no test could judge (too few runs) end the report UNTESTED, not PASS, with
 what would test them. Per benchmark it says the smallest change it would have flagged with 90 % probability,
 and with --plan PCT how many runs a side a change of PCT needs on these runs' spread.
-Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input; UNTESTED exits 0.
+Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input, 3 on an internal
+error (a bug, never a verdict); UNTESTED exits 0.
 See docs/regressions.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
@@ -78,8 +80,8 @@ def parse_threshold(text: str, option: str = "--threshold") -> float:
     if not raw.endswith("%") and value >= 1:
         raise UsageError(f"bad {option} {text!r}: a bare number is a fraction (0.05 = 5 %); write {raw}% "
                          "for a percentage")
-    if not value > 0:
-        raise UsageError(f"bad {option} {text!r}: must be above 0")
+    if not value > 0 or not math.isfinite(value):
+        raise UsageError(f"bad {option} {text!r}: must be a finite number above 0")
     return value
 
 

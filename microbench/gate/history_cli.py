@@ -7,8 +7,9 @@ steps (``steps.detect``: a level that shifts at one run and stays) are listed wi
 start, the medians before and after, and what the runs recorded as changed at that run (MPI, package
 versions, hosts, transport environment); the chance of any false step in the call, over all its series,
 is at most 1 - --confidence, and is stated; a series too short for a step to be found says how many runs
-it needs; --fail-on-step exits 1 on a step for the worse that no recorded change explains. The
-figure draws a rolling median and band over the points and marks steps.
+it needs; --fail-on-step exits 1 on a step for the worse that no recorded change explains (2 is bad input,
+3 an internal error: a bug, never a verdict). The figure draws a rolling median and band over the points and
+marks steps.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def main(args) -> int:
                          + (" ..." if len(present) > 12 else ""))
     hist.find_steps(args.min_step, 1 - args.confidence)
     if args.figure:
+        from microbench.output_files import check_target
         from microbench.plotting import check_path
 
-        check_path(args.figure)
+        check_target(check_path(args.figure))
     failing = [f for f in hist.steps if f.worse and not f.explained]
     code = 1 if args.fail_on_step and failing else 0
     if args.json:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from microbench.gate.check import RuleOutcome
 from microbench.gate.spec import Spec
+from microbench.output_files import write_output
 
 #: Characters XML 1.0 cannot hold (control characters other than tab and newlines).
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
@@ -66,7 +67,7 @@ def build(spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -
 
 
 def write(path: str | os.PathLike, spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -> None:
-    """Write the JUnit XML file (parent folders are created)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    build(spec, outcomes, properties).write(p, encoding="utf-8", xml_declaration=True)
+    """Write the JUnit XML file (parent folders are created; never through a link planted on the name:
+    ``output_files.write_output``)."""
+    tree = build(spec, outcomes, properties)
+    write_output(path, lambda f: tree.write(f, encoding="utf-8", xml_declaration=True), what="JUnit XML to ")

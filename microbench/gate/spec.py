@@ -29,6 +29,7 @@ import difflib
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,8 @@ def load_spec(path: str | os.PathLike) -> Spec:
         raise UsageError(f"{p}:{line.group(1) if line else 1}: spec is not valid TOML: {exc}") from None
     try:
         return parse_spec(data, str(p))
+    except OverflowError:  # an integer beyond a float's range (max_latency_us = 1e400 written out)
+        raise UsageError(f"spec {p}: a number too large to compare (beyond {sys.float_info.max:.3g})") from None
     except (TypeError, ValueError, RecursionError) as exc:  # a value of a type no check above expects
         raise UsageError(f"spec {p}: a value of an unexpected type ({type(exc).__name__}: {exc})") from None
 

@@ -7,6 +7,7 @@ import shlex
 
 from microbench.errors import UsageError
 from microbench.importers import nccl_tests as nt
+from microbench.importers.omb import numbered_lines
 from microbench.importers.parsed import ToolRun, where
 
 
@@ -134,7 +135,7 @@ def _number(text: str):
 def parse_text(text: str, path: str, ranks: int | None, benchmark: str | None, args: str | None) -> list[ToolRun]:
     """Every nccl-tests run in a text log (several runs may follow each other)."""
     reader = TextReader(path, ranks, benchmark, args)
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in numbered_lines(text, path):
         with where(f"{path}:{lineno}"):
             reader.feed(raw.rstrip(), lineno)
     runs = reader.finish()

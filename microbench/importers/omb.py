@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from typing import Iterator
 
 from microbench.benchmarks.dtypes import DTYPES, get_dtype
 from microbench.benchmarks.table import COLLECTIVES
@@ -41,9 +42,12 @@ POINT_TO_POINT = ("latency", "bw", "bibw")
 MPI_TYPES = {"MPI_CHAR": "int8", "MPI_SIGNED_CHAR": "int8", "MPI_UNSIGNED_CHAR": "uint8", "MPI_BYTE": "uint8",
              "MPI_INT": "int32", "MPI_LONG": "int64", "MPI_FLOAT": "float32", "MPI_DOUBLE": "float64"}
 
-_TITLE = re.compile(r"^#\s*OSU MPI(?P<accel>-[A-Z]+(?: MANAGED)?)? (?P<name>.+?) Test(?: v(?P<version>\S+))?\s*$")
-_DATATYPE = re.compile(r"^#\s*Datatype:\s*(\S+?)\.?\s*$")
-_BUFFERS = re.compile(r"^#\s*Send Buffer on (.+?) and Receive Buffer on (.+?)\s*$")
+# Every pattern reads a stripped line in linear time: no lazy group is followed by an optional tail and ``$``
+# (``(.+?)\s*$`` tried every split of a run of spaces: 55 s for one 60,000-character line).
+_TITLE = re.compile(r"#\s*OSU MPI(?P<accel>-[A-Z]+(?: MANAGED)?)? (?P<name>.+) Test(?: v(?P<version>\S+))?")
+_DATATYPE = re.compile(r"#\s*Datatype:\s*(\S+)")
+_BUFFERS = re.compile(r"#\s*Send Buffer on (.+?) and Receive Buffer on (.+)")
+MAX_LINE_CHARS = 1 << 16  #: the longest line an importer reads (OMB's and nccl-tests' lines are under 300)
 _COLUMN = re.compile(r"Avg Latency\(us\)|Min Latency\(us\)|Max Latency\(us\)|Iterations|Validation|Latency \(us\)|"
                      r"Bandwidth \(MB/s\)|P\d+ Tail (?:Lat\(us\)|BW\(MB/s\))|Transmit Size")
 _TAIL = re.compile(r"P(\d+) Tail Lat\(us\)")
@@ -94,14 +98,24 @@ def dtype_name(mpi_type: str) -> str:
     return get_dtype(name).name if name in DTYPES else mpi_type
 
 
+def numbered_lines(text: str, path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of ``text``, split at newlines only (as editors and ``wc -l`` count: not at form feeds
+    or U+2028, which ``str.splitlines`` also splits at); a line over ``MAX_LINE_CHARS`` is an error naming it."""
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise UsageError(f"{path}:{lineno}: a line of {len(line)} characters: OMB and nccl-tests print none "
+                             f"longer than {MAX_LINE_CHARS}")
+        yield lineno, line
+
+
 def parse(text: str, path: str, ranks: int | None, args: str | None) -> tuple[list[ToolRun], list[str]]:
     """(the OMB runs in the file, a note for every section skipped); bad content is a UsageError."""
     options = parse_args(args)
     runs, notes = [], []
     section: _Section | None = None
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in numbered_lines(text, path):
         line = raw.strip()
-        title = _TITLE.match(line)
+        title = _TITLE.fullmatch(line)
         if title:
             section = _Section.start(title, path, lineno, ranks, options, args)
             if section.run is None:
@@ -145,10 +159,10 @@ class _Section:
         return cls(run, benchmark, options)
 
     def feed(self, line: str, lineno: int) -> None:
-        dtype = _DATATYPE.match(line)
-        buffers = _BUFFERS.match(line)
+        dtype = _DATATYPE.fullmatch(line)
+        buffers = _BUFFERS.fullmatch(line)
         if dtype:
-            self.dtype = dtype_name(dtype.group(1))
+            self.dtype = dtype_name(dtype.group(1).removesuffix("."))
         elif buffers:
             self.run.options["buffers"] = f"send {buffers.group(1)}, receive {buffers.group(2)}"
         elif line.startswith("# Size"):

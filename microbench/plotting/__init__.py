@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
+from microbench.output_files import write_output
 
 FORMATS = (".png", ".svg")
 DPI = 100
@@ -19,7 +20,7 @@ def check_path(path: str | os.PathLike) -> Path:
     """The output path, which must end in .png or .svg."""
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
-        raise UsageError(f"cannot write a figure to {p}: the name must end in .png or .svg")
+        raise UsageError(f"cannot write a figure to {printable(str(p))}: the name must end in .png or .svg")
     return p
 
 
@@ -30,16 +31,13 @@ def new_figure(width_in: float, height_in: float):
     return Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
 
 
-def save(fig, path: str | os.PathLike) -> Path:
-    """Write ``fig`` as PNG or SVG by the suffix of ``path`` (folders are created); returns the path."""
+def save(fig, path: str | os.PathLike, folder: str | os.PathLike | None = None) -> Path:
+    """Write ``fig`` as PNG or SVG by the suffix of ``path`` (folders are created; never through a link planted
+    on the name: ``output_files.write_output``; with ``folder``, only inside it); returns the path."""
     p = check_path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        metadata = {"Date": None} if p.suffix.lower() == ".svg" else {}
-        fig.savefig(p, dpi=DPI, metadata=metadata)
-    except OSError as exc:
-        raise UsageError(f"cannot write {p}: {exc.strerror or exc}") from None
-    return p
+    form = p.suffix.lower()[1:]
+    metadata = {"Date": None} if form == "svg" else {}
+    return write_output(p, lambda f: fig.savefig(f, format=form, dpi=DPI, metadata=metadata), folder)
 
 
 def line_style(index: int) -> dict:

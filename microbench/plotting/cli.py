@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import sys
 from collections import Counter
 from functools import partial
 from pathlib import Path
 
 from microbench.benchmarks.table import PAIRS
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
+from microbench.output_files import inside
 from microbench.plotting.heatmap import heatmap, safe_name
 from microbench.plotting.parallel import draw_all
 from microbench.results import selection as select
@@ -79,10 +81,10 @@ def main(args) -> int:
             overlap_series, overlap_head = overlap.prepare(table, name, overlap_by, args.band)
         for suffix in (".png", ".svg") if args.svg else (".png",):
             jobs.append(partial(curves.draw, name, COLLECTIVES[name].summary, series, head,
-                                out_dir / f"{name}{suffix}", args.stat, args.band, by, args.bw))
+                                inside(out_dir, out_dir / f"{name}{suffix}"), args.stat, args.band, by, args.bw))
             if COLLECTIVES[name].nonblocking:
                 jobs.append(partial(overlap.draw_series, name, overlap_series, overlap_head,
-                                    out_dir / f"{name}-overlap{suffix}", overlap_by, args.band))
+                                    inside(out_dir, out_dir / f"{name}-overlap{suffix}"), overlap_by, args.band))
     if wanted is None or PAIRS in wanted:
         jobs += pairs_jobs(table, out_dir, args.svg)
     del table  # the figures hold what they draw (per configuration and size): the rows are let go
@@ -95,17 +97,30 @@ def main(args) -> int:
     return 0
 
 
+PAIRS_METRICS = ("latency", "bandwidth")  #: the pairwise test's matrices
+
+
 def pairs_jobs(table, out_dir: Path, svg: bool) -> list:
-    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked (a job each)."""
-    jobs = []
+    """One heatmap per pairwise-test matrix: pairs-<metric>-<run id>.png, outliers marked (a job each). A name
+    that another matrix of this call has taken (two runs' ids that sanitise alike, two sizes of one run) gets
+    8 hex digits of what tells the matrices apart, so no figure replaces another."""
+    jobs, taken = [], set()
     for row in sorted(table.extras):
         res = table.record(row)
         if res.get("benchmark") != PAIRS or not res.get("matrix"):
             continue
+        if res.get("metric") not in PAIRS_METRICS:
+            note(f"skipped a pairs matrix of run {printable(str(res.get('run_id')))}: metric "
+                 f"{printable(repr(res.get('metric')))[:40]} is not {' or '.join(PAIRS_METRICS)}")
+            continue
         what = "latency p50" if res["metric"] == "latency" else "bandwidth p50"
         title = f"pairs: {what} at {res['size_bytes']} B, {res.get('schedule')} ({res['run_id']})"
         cells = [tuple(o["pair"]) for o in res.get("outliers", [])]
-        stem = safe_name(f"pairs-{res['metric']}-{res['run_id']}")
+        stem = base = safe_name(f"pairs-{res['metric']}-{res['run_id']}")
+        while stem in taken:
+            key = f"{res['run_id']}\0{res['metric']}\0{res['size_bytes']}\0{row}\0{len(taken)}"
+            stem = f"{base}-{hashlib.sha1(key.encode('utf-8', 'replace')).hexdigest()[:8]}"
+        taken.add(stem)
         for suffix in (".png", ".svg") if svg else (".png",):
             jobs.append(partial(heatmap, res["matrix"], res["labels"], title, res.get("matrix_unit", ""),
                                 out_dir / f"{stem}{suffix}", outliers=cells, out_dir=out_dir))

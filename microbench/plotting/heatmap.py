@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from microbench.errors import UsageError
+from microbench.output_files import inside
 from microbench.plotting import check_path, new_figure, save
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -26,12 +26,6 @@ def safe_name(text: str) -> str:
     return name
 
 
-def inside(folder: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """``path``, after checking that it resolves (links followed) to a place inside ``folder``."""
-    base, target = Path(folder).resolve(), Path(path).resolve()
-    if not target.is_relative_to(base):
-        raise UsageError(f"refusing to write {path}: it is outside the output folder {folder}")
-    return Path(path)
 
 _ANNOTATE_UP_TO = 24  #: cells are annotated with their values up to this N
 _OUTLIER_COLOUR = "#d62728"
@@ -93,4 +87,4 @@ def heatmap(matrix: Sequence[Sequence[float | None]], labels: Sequence[str], tit
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=_OUTLIER_COLOUR, linewidth=2.5))
     if outliers:
         ax.set_xlabel(f"{len(outliers)} outlier cell(s) framed in red", color=_OUTLIER_COLOUR)
-    return save(fig, path)
+    return save(fig, path, out_dir)

@@ -9,7 +9,8 @@ configurations) and the OMB-style tables; with --spec, the check's verdict per r
 with --baseline, the compare verdicts with their intervals (the RESULTS are the new side); the history of
 each configuration across the runs; the pairwise link test's heatmaps; with --workload, the pricing of
 `microbench workload ... --results RUN.jsonl --json`. Style and script are inline and the page loads
-nothing from the network. Exit 0 when written (whatever the verdicts), 2 on bad input.
+nothing from the network. Exit 0 when written (whatever the verdicts), 2 on bad input, 3 on an internal error.
+The page is written to a temporary file put on -o's name: never through a link planted there.
 
 Every input is read once, through the columnar reader. Past ``--newest`` runs the page aggregates (per
 configuration the median over runs with its band, the newest runs individually, history binned) and says
@@ -21,12 +22,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
 from microbench.gate.check import evaluate
 from microbench.gate.check_cli import spec_stats
 from microbench.gate.compare import compare
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.spec import load_spec
+from microbench.output_files import check_target, write_text
 from microbench.report import figures, heatmaps, history, page, verdicts, workload
 from microbench.report import runs as runs_part
 from microbench.report.loaded import DEFAULT_NEWEST, Loaded, load
@@ -65,12 +67,11 @@ def _count(text: str) -> int:
 
 
 def _out_path(text: str) -> Path:
+    """The page's path, refused before any work when it cannot be written (``output_files.check_target``)."""
     path = Path(text)
     if path.suffix.lower() not in (".html", ".htm"):
-        raise UsageError(f"cannot write the report to {path}: the name must end in .html")
-    if path.is_dir():
-        raise UsageError(f"cannot write the report to {path}: it is a directory")
-    return path
+        raise UsageError(f"cannot write the report to {printable(str(path))}: the name must end in .html")
+    return check_target(path, what="the report to ")
 
 
 def build_sections(args, loaded: Loaded) -> list[Section]:
@@ -113,11 +114,7 @@ def main(args) -> int:
         f"{time_span([loaded.table.runs[i] for i in loaded.order])}"
     html = page.document(title, [*args.results, *(["--baseline", *args.baseline] if args.baseline else [])],
                          sections, loaded.aggregation())
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(html)
-    except OSError as exc:
-        raise UsageError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    write_text(out, html, what="the report to ")
     verdict = "; ".join(f"{s.title}: {s.status}" for s in sections if s.good is not None)
     print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB)" + (f"; {verdict}" if verdict else ""))
     return 0

@@ -8,22 +8,38 @@ and ``outliers.node_outliers``, the modified z-score rule, run when the test ran
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 from microbench.benchmarks.table import PAIRS
 from microbench.report.loaded import Loaded
 from microbench.report.markup import Section, el, empty, esc, notes, svg_root, text_el
 from microbench.measure.outliers import node_outliers, outliers
 
 CELL_MAX, GRID_MAX, LABEL_W = 44, 520, 90
+MAX_SIDE = GRID_MAX // 8  #: participants drawn a cell each (at least 8 px); a larger matrix is drawn in blocks
 COLORMAP = "YlOrRd"
 
 
-def _colour(badness: float) -> tuple[str, str]:
-    """(fill, text colour) for a badness in [0, 1]."""
+@functools.cache
+def _palette() -> tuple[tuple[str, str], ...]:
+    """(fill, text colour) of each of the colormap's entries, computed once: a colormap called per cell rebuilds
+    its lookup table each time (minutes for a 1000 x 1000 matrix)."""
     from matplotlib import colormaps
 
-    r, g, b, _ = colormaps[COLORMAP](0.08 + 0.84 * badness)
-    text = "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "#fff"
-    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}", text
+    cmap = colormaps[COLORMAP]
+    out = []
+    for r, g, b, _ in cmap(np.arange(cmap.N)):
+        text = "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "#fff"
+        out.append((f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}", text))
+    return tuple(out)
+
+
+def _colour(badness: float) -> tuple[str, str]:
+    """(fill, text colour) for a badness in [0, 1]: the colormap's entry at 0.08 + 0.84 x badness (as calling it)."""
+    palette = _palette()
+    return palette[min(max(int((0.08 + 0.84 * badness) * len(palette)), 0), len(palette) - 1)]
 
 
 def record_outliers(rec: dict) -> tuple[set[tuple[int, int]], list[str], bool]:
@@ -43,6 +59,9 @@ def record_outliers(rec: dict) -> tuple[set[tuple[int, int]], list[str], bool]:
 
 
 def heatmap_svg(rec: dict, cells_out: set[tuple[int, int]]) -> str:
+    """The matrix as an SVG grid: a cell per pair up to ``MAX_SIDE`` participants, blocks beyond."""
+    if len(rec["matrix"]) > MAX_SIDE:
+        return _blocks_svg(rec, cells_out)
     matrix, labels, unit = rec["matrix"], rec.get("labels") or [], rec.get("matrix_unit", "")
     n = len(matrix)
     cell = max(8, min(CELL_MAX, GRID_MAX // max(n, 1)))
@@ -71,6 +90,72 @@ def heatmap_svg(rec: dict, cells_out: set[tuple[int, int]]) -> str:
             if n <= 12:
                 parts.append(f'<text class="cellv" x="{x + cell / 2}" y="{y + cell / 2 + 4}" fill="{ink}" '
                              f'text-anchor="middle">{v:.3g}</text>')
+    return svg_root("".join(parts), size, size, class_="chart heatmap", aria_label="pairs heatmap", data_unit=unit)
+
+
+def _floats(matrix: list) -> np.ndarray:
+    """The matrix as an N x N float array, NaN where a cell holds no finite number."""
+    n = len(matrix)
+    out = np.full((n, n), np.nan)
+    for i, row in enumerate(matrix):
+        for j, v in enumerate(row[:n] if isinstance(row, list) else ()):
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                try:
+                    out[i, j] = v
+                except OverflowError:
+                    pass
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _blocks_svg(rec: dict, cells_out: set[tuple[int, int]]) -> str:
+    """A matrix of more than ``MAX_SIDE`` participants as at most MAX_SIDE x MAX_SIDE blocks of b x b pairs, each
+    coloured by its worst pair (its tip says which range and value), framed where it holds an outlier link: the
+    page stays small and quick to draw whatever N, and a bad link still shows."""
+    labels, unit = rec.get("labels") or [], rec.get("matrix_unit", "")
+    values = _floats(rec["matrix"])
+    n = len(values)
+    b = -(-n // MAX_SIDE)
+    blocks = -(-n // b)
+    worse_high = rec.get("metric") != "bandwidth"
+    padded = np.full((blocks * b, blocks * b), np.nan)
+    padded[:n, :n] = values
+    grid = padded.reshape(blocks, b, blocks, b).transpose(0, 2, 1, 3).reshape(blocks, blocks, b * b)
+    present = ~np.isnan(grid).all(axis=2)
+    filled = np.where(np.isnan(grid), -np.inf if worse_high else np.inf, grid)
+    worst = filled.max(axis=2) if worse_high else filled.min(axis=2)
+    finite = values[~np.isnan(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    flagged = {(i // b, j // b) for i, j in cells_out} | {(j // b, i // b) for i, j in cells_out}
+    cell = GRID_MAX // blocks
+    size = LABEL_W + blocks * cell + 10
+
+    def name(k: int) -> str:
+        return str(labels[k]) if k < len(labels) else str(k)
+
+    def span(k: int) -> str:
+        return f"{name(k * b)}..{name(min(n, (k + 1) * b) - 1)}"
+
+    parts = []
+    for k in range(blocks):
+        parts.append(f'<text class="tick" x="{LABEL_W - 4}" y="{LABEL_W + k * cell + cell / 2 + 4}" '
+                     f'text-anchor="end">{esc(name(k * b))}</text>')
+        parts.append(f'<text class="tick" transform="translate({LABEL_W + k * cell + cell / 2 + 4} {LABEL_W - 4}) '
+                     f'rotate(-60)">{esc(name(k * b))}</text>')
+    for i in range(blocks):
+        for j in range(blocks):
+            x, y = LABEL_W + j * cell, LABEL_W + i * cell
+            if not present[i, j]:
+                parts.append(f'<rect class="diag" x="{x}" y="{y}" width="{cell}" height="{cell}"/>')
+                continue
+            v = float(worst[i, j])
+            t = (v - lo) / (hi - lo) if hi > lo else None
+            fill, _ = _colour(0.0 if t is None else t if worse_high else 1 - t)
+            out = (i, j) in flagged
+            tip = (f"{span(i)} - {span(j)}: worst {v:.4g} {unit} of {b} x {b} pairs"
+                   + (" (holds an outlier)" if out else ""))
+            parts.append(empty("rect", class_="cell out" if out else "cell", x=x, y=y, width=cell, height=cell,
+                               fill=fill, data_tip=tip, data_v=f"{v:.6g}"))
     return svg_root("".join(parts), size, size, class_="chart heatmap", aria_label="pairs heatmap", data_unit=unit)
 
 

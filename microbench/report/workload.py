@@ -8,9 +8,11 @@ command's own figures (``workload.weighting.weigh``, ``workload.compute``), whos
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import math
+import os
+import stat
 
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
 from microbench.report.markup import Section, details, el, empty, esc, notes, num, svg_root, table, text_el
 from microbench.units import format_bytes, format_size
 
@@ -18,19 +20,120 @@ _BARS = (("calls_share", "calls", "#1f77b4"), ("bytes_share", "bytes", "#ff7f0e"
 _NEEDED = ("time_per_iteration_us", "collectives", "bins")
 
 
-def load(path: str) -> dict:
-    """The workload JSON, which must hold a pricing (``weighting``); else one UsageError line."""
-    hint = "make it with: microbench workload ... --results RUN.jsonl --json > W.json"
+MAX_WORKLOAD_BYTES = 64 << 20  #: a larger --workload file is refused (a pricing is a few KB to a few MB)
+_HINT = "make it with: microbench workload ... --results RUN.jsonl --json > W.json"
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes: a regular file of at most MAX_WORKLOAD_BYTES (sized before reading), else one line."""
     try:
-        data = json.loads(Path(path).read_text())
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"cannot read --workload {printable(path)}: not a regular file")
+            if info.st_size > MAX_WORKLOAD_BYTES:
+                raise UsageError(f"{printable(path)}: larger than {MAX_WORKLOAD_BYTES} bytes, the most --workload "
+                                 "reads (a pricing is a few KB to a few MB)")
+            data = f.read(MAX_WORKLOAD_BYTES + 1)
     except OSError as exc:
-        raise UsageError(f"cannot read --workload {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--workload {path} is not JSON ({exc}); {hint}") from None
+        raise UsageError(f"cannot read --workload {printable(path)}: {exc.strerror or exc}") from None
+    if len(data) > MAX_WORKLOAD_BYTES:  # it grew while read
+        raise UsageError(f"{printable(path)}: larger than {MAX_WORKLOAD_BYTES} bytes, the most --workload reads "
+                         "(a pricing is a few KB to a few MB)")
+    return data
+
+
+def _not_finite(text: str):
+    raise ValueError(f"{text} is not a number JSON allows")
+
+
+def load(path: str) -> dict:
+    """The workload JSON, which must hold a pricing (``weighting``) of the shape ``section`` lays out; else one
+    UsageError line naming the file and the field."""
+    try:
+        data = json.loads(_read(path), parse_constant=_not_finite)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise UsageError(f"--workload {printable(path)} is not JSON ({printable(str(exc))[:200]}); {_HINT}") from None
+    except RecursionError:
+        raise UsageError(f"--workload {printable(path)} is not JSON (nested too deeply); {_HINT}") from None
     weighting = data.get("weighting") if isinstance(data, dict) else None
     if not isinstance(weighting, dict) or any(k not in weighting for k in _NEEDED):
-        raise UsageError(f"--workload {path} holds no pricing ('weighting' with {', '.join(_NEEDED)}); {hint}")
+        raise UsageError(f"--workload {printable(path)} holds no pricing ('weighting' with {', '.join(_NEEDED)}); "
+                         f"{_HINT}")
+    problem = _shape_problem(data)
+    if problem:
+        raise UsageError(f"{printable(path)}: {problem} (--workload takes a pricing; {_HINT})")
     return data
+
+
+def _is_number(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond a float's range
+        return False
+
+
+def _shown(value) -> str:
+    return printable(json.dumps(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def _shape_problem(data: dict) -> str | None:
+    """The first field ``section`` reads that is not of the type it needs (``where: what``), or None."""
+    def number(value, where: str, optional: bool = False) -> str | None:
+        if (optional and value is None) or _is_number(value):
+            return None
+        return f"{where}: {_shown(value)} is not a finite number"
+
+    def table(value, where: str, kind: type, optional: bool = True) -> str | None:
+        if (optional and value is None) or isinstance(value, kind):
+            return None
+        return f"{where}: {_shown(value)} is not {'an object' if kind is dict else 'a list'}"
+
+    wt = data["weighting"]
+    problems = [number(wt["time_per_iteration_us"], "weighting.time_per_iteration_us"),
+                table(wt["collectives"], "weighting.collectives", dict, optional=False),
+                table(wt["bins"], "weighting.bins", list, optional=False),
+                *(number(wt.get(k), f"weighting.{k}", optional=True)
+                  for k in ("effective_gbps", "effective_wire_gbps", "setup_time_us")),
+                *(table(wt.get(k), f"weighting.{k}", list) for k in ("messages", "extrapolated", "unpriced", "notes")),
+                *(table(data.get(k), k, dict) for k in ("model", "parallel", "compute")),
+                table(data.get("assumptions"), "assumptions", list)]
+    problems += _rows(wt, number, table)
+    if isinstance(data.get("compute"), dict):
+        problems += [number(data["compute"].get(k), f"compute.{k}") for k in
+                     ("tflops_per_device", "compute_s", "communication_s", "share_no_overlap", "share_perfect_overlap")]
+    return next((p for p in problems if p), None)
+
+
+def _rows(wt: dict, number, table) -> list[str | None]:
+    """The problems of the collectives, bins, messages and flags rows (their containers already checked)."""
+    out = []
+    if isinstance(wt["collectives"], dict):
+        for name, slot in wt["collectives"].items():
+            where = f"weighting.collectives.{printable(name)[:40]}"
+            out.append(table(slot, where, dict, optional=False))
+            if isinstance(slot, dict):
+                out += [number(slot.get(k), f"{where}.{k}") for k in ("calls", "bytes", "time_us")]
+                out.append(number(slot.get("time_share"), f"{where}.time_share", optional=True))
+    for i, b in enumerate(wt["bins"] if isinstance(wt["bins"], list) else ()):
+        out.append(table(b, f"weighting.bins[{i}]", dict, optional=False))
+        if isinstance(b, dict):
+            out += [None if isinstance(b.get(k), int) and not isinstance(b.get(k), bool) and 0 <= b[k] <= 2 ** 62
+                    else f"weighting.bins[{i}].{k}: {_shown(b.get(k))} is not a size in bytes"
+                    for k in ("from_bytes", "to_bytes")]
+            out += [number(b.get(k), f"weighting.bins[{i}].{k}", optional=True) for k, _, _ in _BARS]
+    for i, m in enumerate(wt.get("messages") if isinstance(wt.get("messages"), list) else ()):
+        out.append(table(m, f"weighting.messages[{i}]", dict, optional=False))
+        if isinstance(m, dict):
+            out += [number(m.get("count"), f"weighting.messages[{i}].count"),
+                    *(number(m.get(k), f"weighting.messages[{i}].{k}", optional=True)
+                      for k in ("latency_us", "time_us"))]
+    for i, e in enumerate(wt.get("extrapolated") if isinstance(wt.get("extrapolated"), list) else ()):
+        if not isinstance(e, dict) or any(k not in e for k in ("collective", "bytes", "how")):
+            out.append(f"weighting.extrapolated[{i}]: not an object with collective, bytes and how")
+    return out
 
 
 def _what(data: dict) -> str:

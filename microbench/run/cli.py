@@ -17,6 +17,7 @@ algbw = S / avg latency and busbw = algbw x factor, as nccl-tests defines S and 
 from __future__ import annotations
 
 import argparse
+import os
 
 from microbench.benchmarks.dtypes import DTYPES, OPS
 from microbench.cluster import launch
@@ -40,10 +41,23 @@ def _check_before_ranks(args) -> None:
     from microbench.options import RunOptions
     from microbench.run import preflight
 
+    most = local_rank_bound()
+    if args.np > most and not args.oversubscribe:
+        raise UsageError(f"--np {args.np} is more than {most} ranks, {RANKS_PER_CPU} per CPU this process may use "
+                         f"(at least {MIN_LOCAL_RANKS}): pass --oversubscribe to start them anyway")
     opts = RunOptions.from_args(args)
     FaultHooks.from_env(warn=False).check_usable(opts.timeout)
     preflight.validate_for_ranks(opts, args.np, args.np)
     preflight.preflight_local(opts)
+
+
+RANKS_PER_CPU, MIN_LOCAL_RANKS = 4, 16  #: --np beyond both needs --oversubscribe (each rank costs ~40 MB)
+
+
+def local_rank_bound() -> int:
+    """The most ranks ``--np`` starts without ``--oversubscribe``: 4 per CPU this process may use, at least 16."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(MIN_LOCAL_RANKS, RANKS_PER_CPU * cpus)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,7 +96,10 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="instead of -i: choose each size's iteration count to take about this long")
     g.add_argument("--np", type=int, metavar="N",
-                   help="start N local ranks with the mpiexec of the installed MPI (when not under a launcher)")
+                   help="start N local ranks with the mpiexec of the installed MPI (when not under a launcher); "
+                        "at most 4 per CPU (at least 16) unless --oversubscribe")
+    g.add_argument("--oversubscribe", action="store_true",
+                   help="let --np start more than 4 ranks per CPU")
 
 
 def _add_measured(p: argparse.ArgumentParser) -> None:

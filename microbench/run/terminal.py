@@ -8,6 +8,7 @@ import sys
 from typing import TextIO
 
 from microbench.benchmarks.base import LARGE_MESSAGE_BYTES
+from microbench.errors import printable, terminal_safe, unwrapped
 from microbench.measure import overlap_stats
 from microbench.options import counts_for, dtype_for
 from microbench.run.diagnostics.terminal import DIAGNOSTIC_LINES
@@ -89,11 +90,15 @@ def progress_wanted(stream: TextIO | None = None) -> bool:
 
 
 class Progress:
-    """A progress bar over all sizes of the run (tqdm), on the table's stream so the two never interleave."""
+    """A progress bar over all sizes of the run (tqdm), on the table's stream so the two never interleave.
+
+    The bar writes carriage returns, which the sanitized stdout (``errors.PrintableStream``) would show as
+    ``\\r``: the bar gets the stream under it, and lines printed above the bar pass ``terminal_safe`` here."""
 
     def __init__(self, total: int, stream: TextIO | None = None, enabled: bool | None = None):
         self.stream = stream or sys.stdout
         self.enabled = progress_wanted(self.stream) if enabled is None else enabled
+        self._raw = unwrapped(self.stream)
         self._bar = None
         self._started = False
         if self.enabled and total > 0:
@@ -101,13 +106,13 @@ class Progress:
 
             # Under mpiexec rank 0 has no terminal of its own: the --np parent passes its width along.
             columns = int(os.environ.get("MICROBENCH_COLUMNS") or shutil.get_terminal_size((100, 24)).columns)
-            self._bar = tqdm(total=total, file=self.stream, leave=False, unit="size", ncols=max(columns, 40), nrows=24,
+            self._bar = tqdm(total=total, file=self._raw, leave=False, unit="size", ncols=max(columns, 40), nrows=24,
                              bar_format="{desc} {bar} {n_fmt}/{total_fmt} sizes [{elapsed}<{remaining}]")
 
     def step(self, what: str) -> None:
         """Say what is being measured now (before it starts)."""
         if self._bar is not None:
-            self._bar.set_description_str(what, refresh=True)
+            self._bar.set_description_str(printable(what), refresh=True)
 
     def next(self, what: str) -> None:
         """The previous step (if any) finished; ``what`` starts now."""
@@ -124,8 +129,8 @@ class Progress:
     def write(self, text: str) -> None:
         """Print a line above the bar."""
         if self._bar is not None:
-            self._bar.write(text, file=self.stream)
-            self.stream.flush()
+            self._bar.write(terminal_safe(text), file=self._raw)
+            self._raw.flush()
         else:
             print(text, file=self.stream, flush=True)
 

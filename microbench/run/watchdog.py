@@ -27,7 +27,9 @@ import threading
 import time
 from typing import Callable
 
-EXIT_TIMEOUT = 3
+from microbench.errors import EXIT_FAIL
+
+EXIT_TIMEOUT = EXIT_FAIL  #: a run the watchdog stopped failed (never the internal-error status)
 LINGER_AFTER_SIGNAL_S = 3.0  #: ranks other than 0 wait this long after a signal before they exit
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 SIGNAL_NOTE_ENV = "MICROBENCH_SIGNAL_NOTE"  #: a file where the ``--np`` parent writes the signal it received

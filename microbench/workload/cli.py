@@ -16,7 +16,7 @@ import argparse
 from fractions import Fraction
 
 from microbench.benchmarks.workload_sizes import MAPPING_RULE
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
 from microbench.records.jsonout import dump_strict
 from microbench.workload import tables as report
 from microbench.workload.compute import RULE as COMPUTE_RULE
@@ -99,6 +99,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="achieved TFLOP/s per device: compute time beside communication")
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+#: the largest value of each shape option: far beyond any trained model (about 100 layers, hidden 25,600, a million
+#: GPUs), small enough that the message lists (about 8 KB a layer) and the arithmetic stay bounded
+SHAPE_BOUNDS = {"hidden": 1 << 20, "layers": 10_000, "heads": 1 << 16, "vocab": 1 << 24, "dp": 1 << 20,
+                "tp": 1 << 20, "pp": 1 << 20, "micro_batch": 1 << 20, "microbatches": 1 << 20, "node_size": 1 << 20}
+MAX_SEQ = 1 << 24
+
+
+def _check_shape(args) -> None:
+    """Every shape option within ``SHAPE_BOUNDS``, before anything is built (--layers 99999999999 grew to GBs)."""
+    for name, bound in SHAPE_BOUNDS.items():
+        value = getattr(args, name, None)
+        if value is not None and value > bound:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is beyond {bound}, the most workload models")
+    if args.seq and max(args.seq) > MAX_SEQ:
+        raise UsageError(f"--seq {max(args.seq)} is beyond {MAX_SEQ}, the most workload models")
 
 
 def _model(args) -> Model | None:
@@ -247,8 +264,13 @@ def _compute(args, weighting: dict, workload: Workload) -> dict:
 
 
 def main(args) -> int:
+    _check_shape(args)
     model = _model(args)
     _check_combinations(args, model)
+    if args.figure:  # before any work: a name matplotlib would change, or a link planted on it
+        from microbench.workload.figure import check_figure_path
+
+        check_figure_path(args.figure)
     if args.seq and len(args.seq) > 1:
         return _sweep(args, model)
     messages, workload, assumptions, out, lines = _from_trace(args, model) if args.trace else _from_model(args, model)
@@ -258,5 +280,5 @@ def main(args) -> int:
     if args.json:
         dump_strict(out)
     else:
-        print("\n".join(lines + report.assumption_lines(assumptions)))
+        print("\n".join(printable(line) for line in lines + report.assumption_lines(assumptions)))  # a line each
     return 0

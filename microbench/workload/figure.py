@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
-from microbench.errors import UsageError  # noqa: E402
+from microbench.errors import UsageError, printable  # noqa: E402
+from microbench.output_files import check_target, write_output  # noqa: E402
 from microbench.workload.weighting import STATISTICS, Curve  # noqa: E402
+
+
+def check_figure_path(path: str) -> str:
+    """``path`` if a figure may be written there: a suffix matplotlib writes (``w.png``, ``w.pdf``: without one
+    matplotlib would add ``.png`` and write another file than the one named), and ``output_files.check_target``."""
+    form = Path(path).suffix.lower()[1:]
+    known = FigureCanvasBase.get_supported_filetypes()
+    if form not in known:
+        raise UsageError(f"cannot write figure {printable(path)}: the name must end in one of "
+                         f"{', '.join('.' + k for k in sorted(known))}")
+    check_target(path, what="figure ")
+    return path
 
 
 def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Curve], title: str,
@@ -70,10 +85,9 @@ def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Cur
                  "between measured sizes; bars: the distribution's share of calls and of predicted time",
                  fontsize=9)
     fig.tight_layout()
+    form = Path(check_figure_path(path)).suffix.lower()[1:]
     try:
-        fig.savefig(path, dpi=110)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot write figure {path}: {exc}") from exc
+        write_output(path, lambda f: fig.savefig(f, format=form, dpi=110), what="figure ")
     finally:
         plt.close(fig)
 

@@ -112,7 +112,8 @@ def read_trace(path: str, fmt: str | None = None, group_size: int | None = None,
         uncurved = ", ".join(f"{name} {n}" for name, n in sorted(report.uncurved.items()))
         raise UsageError(f"no collective calls found in {path} read as {fmt} ({report.unreadable} unreadable of "
                          f"{report.entries} {report.unit}" + (f", {unattributed} unattributed" if unattributed else "")
-                         + (f", uncurved: {uncurved}" if uncurved else "") + ")")
+                         + (f", uncurved: {uncurved}" if uncurved else "")
+                         + "".join(f", {n} {why}" for why, n in sorted(report.skipped.items()) if n > 0) + ")")
     return report
 
 

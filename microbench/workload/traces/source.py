@@ -3,17 +3,20 @@
 Text formats get blocks that end at a line end (``blocks``); a line longer than ``MAX_LINE`` is no log line
 and is skipped to its end. JSON formats get a file object (``json_stream``) whose bytes pass a nesting-depth
 guard before the incremental parser sees them. A UTF-8 byte-order mark is dropped; a gzip stream that ends
-early is an error naming how far it got, or, with ``partial``, the end of the trace.
+early is an error naming how far it got, or, with ``partial``, the end of the trace. A trace is read up to
+``max_trace_bytes()`` bytes of text, decompressed (``$MICROBENCH_MAX_TRACE_BYTES``, default 4 GiB): a few MB of
+gzip can hold GBs of text, and reading is linear but not free (Kineto JSON: about 5 MB/s).
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from microbench.errors import UsageError
+from microbench.errors import UsageError, printable
 from microbench.workload.traces.jsondepth import DepthGuard
 
 BLOCK = 1 << 20  #: bytes read at a time
@@ -21,6 +24,19 @@ MAX_LINE = 1 << 20  #: a longer line is skipped: no log format here writes one
 HEAD = 1 << 20  #: bytes kept from the start, for telling the format
 TAIL = 1 << 16  #: bytes kept from the end, for metadata written after the events (Kineto's distributedInfo)
 OVERLONG = f"line longer than {MAX_LINE >> 20} MiB (no log line is)"
+DEFAULT_MAX_TRACE_BYTES = 4 << 30
+_LARGEST_CAP = 1 << 62  #: a larger $MICROBENCH_MAX_TRACE_BYTES is read as this (a byte count read() accepts)
+
+
+def max_trace_bytes() -> int:
+    """The most bytes of text (decompressed) read from one trace: ``$MICROBENCH_MAX_TRACE_BYTES`` or 4 GiB."""
+    text = os.environ.get("MICROBENCH_MAX_TRACE_BYTES", "").strip()
+    if not text:
+        return DEFAULT_MAX_TRACE_BYTES
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"MICROBENCH_MAX_TRACE_BYTES={printable(text[:40])!r}: expected a whole number of bytes, "
+                         "at least 1")
+    return min(int(text), _LARGEST_CAP)
 
 
 class TraceSource:
@@ -28,6 +44,7 @@ class TraceSource:
 
     def __init__(self, path: str, partial: bool = False):
         self.path, self.partial = path, partial
+        self.limit = max_trace_bytes()
         self.truncated = False  #: the gzip stream ended early (only with ``partial``)
         self.text_bytes = 0  #: bytes handed out so far (decompressed)
         self._last = (b"", b"")  # the last two blocks handed out, for ``tail``
@@ -89,6 +106,10 @@ class TraceSource:
         else:
             data = self._read_raw(n)
         self.text_bytes += len(data)
+        if self.text_bytes > self.limit:
+            raise UsageError(f"cannot read trace {printable(self.path)}: more than {self.limit} bytes of text"
+                             + (" (decompressed)" if self.gzip else "") + ", the most a trace is read "
+                             "(MICROBENCH_MAX_TRACE_BYTES sets it)")
         if data:
             self._last = (self._last[1], data)
         return data

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from microbench.workload.messages import Message, merge
 
 
+MAX_BYTES = 2 ** 62  #: the largest message (bytes) and call count a trace may state
+MAX_GROUP = 2 ** 31 - 1  #: the largest group (NCCL's rank count is an int)
+IMPOSSIBLE = f"call of more than 2**62 bytes or calls, or in a group of more than {MAX_GROUP} ranks"
+
+
 @dataclass
 class TraceReport:
     """The calls of a trace and everything that was not counted, with the reason."""
@@ -31,8 +36,11 @@ class TraceReport:
     communicator_ranks: int = 0  #: (process, communicator) pairs seen, where the format prints communicators
 
     def add(self, rank: str | None, collective: str, nbytes: int, group: int | None, count: int = 1) -> None:
-        """Count ``count`` calls; rank None is a call no rank could be credited with."""
-        if nbytes == 0:  # an empty tensor moves nothing and has no place on a size axis
+        """Count ``count`` calls; rank None is a call no rank could be credited with. A call no machine makes
+        (more than 2**62 bytes, a group beyond 2**31 ranks, more than 2**62 calls) is left out and counted."""
+        if nbytes > MAX_BYTES or (group is not None and not 0 < group <= MAX_GROUP) or count > MAX_BYTES:
+            self.skipped[IMPOSSIBLE] += min(count, MAX_BYTES)
+        elif nbytes == 0:  # an empty tensor moves nothing and has no place on a size axis
             self.skipped["zero-size call (moves no data)"] += count
         elif rank is None:
             self.unattributed[(collective, nbytes, group)] += count
