@@ -53,7 +53,9 @@ def ddp(w: Workload) -> Distribution:
         "PyTorch DDP after its first iteration (buckets rebuilt in the order gradients became ready, "
         "here the reverse of the forward order): a bucket closes once it holds at least its cap, the first "
         "at 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest at bucket_cap_mb = 25 MiB; tensors are never "
-        "split, so a bucket can exceed its cap; one allreduce per bucket per iteration (no gradient accumulation)",
+        "split, so a bucket can exceed its cap; one allreduce per bucket per iteration (no gradient accumulation). "
+        "The first iteration is not modelled: torch 2.13 starts with all gradients in one bucket "
+        "(_BucketCapacityConfig.compute_bucket_size_limits without find_unused_parameters) and rebuilds after it",
         "setup: DDP's constructor broadcasts the module state from rank 0 with c10d's broadcast_coalesced, "
         "in forward order in groups of 250 MiB (broadcast_bucket_size) that close once they reach it "
         "(compute_bucket_assignment_by_size, as the gradient buckets)",
