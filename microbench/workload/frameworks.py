@@ -39,13 +39,16 @@ FRAMEWORKS: dict[str, Framework] = {
                        "real 2- and 4-rank jobs on the CPU accelerator (gloo) of a model under 5e7 elements; the "
                        "prefetch buckets and re-gathers of larger models are not checked against a run"),
     "zeropp": Framework("DeepSpeed ZeRO++", "deepspeed 0.16", "deepspeed/runtime/zero/stage3.py (qwZ, hpZ, qgZ)",
-                        "not checked against a run (its quantization kernels need a GPU)"),
+                        "not checked against a run"),
     "tp": Framework("Megatron-LM tensor parallelism", "Megatron-LM core", "megatron/core/tensor_parallel",
-                    "not checked against a run"),
+                    "its layout as torch 2.13's DTensor parallelize_module runs it (column/row-parallel blocks, "
+                    "vocabulary-parallel embedding, loss_parallel), 2 and 4 gloo ranks, without recomputation; "
+                    "Megatron-LM itself not run"),
     "sp": Framework("Megatron-LM sequence parallelism", "Megatron-LM core", "megatron/core/tensor_parallel",
                     "not checked against a run"),
     "pp": Framework("Megatron-LM pipeline parallelism", "Megatron-LM core", "megatron/core/pipeline_parallel",
-                    "not checked against a run"),
+                    "its send/recv as torch 2.13's torch.distributed.pipelining (GPipe) runs them, 2 and 4 gloo "
+                    "ranks; Megatron-LM itself not run"),
     "3d": Framework("Megatron-LM tensor, pipeline and data parallelism", "Megatron-LM core",
                     "megatron/core/tensor_parallel, pipeline_parallel, distributed", "not checked against a run"),
 }
