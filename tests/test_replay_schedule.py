@@ -37,10 +37,11 @@ def test_ddp_schedule_is_the_gradient_buckets_overlapped():
 
 
 def test_zero3_prefetch_allgathers_overlap_and_gradients_do_not():
-    # matrices above ZeRO-3's persistence threshold (1e5 elements) are gathered in forward and backward
+    # matrices above ZeRO-3's persistence threshold (1e5 elements) are gathered in forward; a model this small
+    # stays gathered into backward (stage3_max_reuse_distance), so only the forward prefetch is there to overlap
     schedule = calls(Workload(Model(hidden=256, layers=1, heads=4, seq=32, vocab=128), "zero3", dp=4))
     phases = {(c.collective, c.phase): c.overlapped for c in schedule}
-    assert phases[("allgather", "forward")] and phases[("allgather", "backward")]
+    assert phases[("allgather", "forward")] and ("allgather", "backward") not in phases
     assert not phases[("reduce_scatter", "gradients")]
     assert {c.group for c in schedule} == {"dp"}
 

@@ -94,3 +94,16 @@ def test_merge_sums_counts_of_identical_messages():
     msgs = [Message("allreduce", 8, 1, 2, "gradients"), Message("allreduce", 8, 2, 2, "gradients"),
             Message("broadcast", 8, 1, 2, "setup")]
     assert merge(msgs) == [Message("broadcast", 8, 1, 2, "setup"), Message("allreduce", 8, 3, 2, "gradients")]
+
+
+def test_full_biases_count_a_real_gpt_layer():
+    # a real layer's QKV bias has 3h elements and its MLP-in bias 4h: 13h of vectors, 5h more than Eq. 1
+    eq1, full = Model(64, 2, 4, 128, 1024), Model(64, 2, 4, 128, 1024, biases="full")
+    assert parameter_count(full) - parameter_count(eq1) == 2 * 5 * 64
+    assert sum(t.numel for t in parameter_tensors(full)) == parameter_count(full)
+    # under tensor parallelism the column-parallel biases are split t ways, as their weights are
+    shapes = {t.name: t.shape for t in parameter_tensors(full, tp=2)}
+    assert shapes["layer0.attn.qkv.bias"] == (96,) and shapes["layer0.mlp.in.bias"] == (128,)
+    assert shapes["layer0.attn.out.bias"] == (64,)
+    with pytest.raises(UsageError, match="bias layout"):
+        Model(64, 2, 4, biases="paper")

@@ -27,7 +27,7 @@ def test_packing_rules():
 
 
 WORKLOADS = {
-    "ddp": dict(dp=8), "zero1": dict(dp=8), "zero2": dict(dp=6), "zero3": dict(dp=6), "zeropp": dict(dp=16),
+    "ddp": dict(dp=8), "fsdp2": dict(dp=6), "zero1": dict(dp=8), "zero2": dict(dp=6), "zero3": dict(dp=6), "zeropp": dict(dp=16),
     "tp": dict(tp=4, microbatches=2), "sp": dict(tp=4), "pp": dict(pp=2, dp=4, microbatches=4),
     "3d": dict(tp=2, pp=3, dp=2, microbatches=3),
 }
@@ -52,7 +52,8 @@ def test_messages_agree_with_the_equation(scheme, model):
     assert wire == check["message_bytes"] == dist.volume_bytes + sum(d.bytes for d in dist.departures)
     assert all(m.collective and m.bytes > 0 and m.count > 0 and m.group_size >= 2 for m in dist.messages)
     assert set(check["excluded_phases"]) <= set(dist.excluded_phases)
-    assert ("setup" in check["excluded_phases"]) == (dist.workload.dp > 1)  # the start-of-training broadcast
+    # the start-of-training broadcast (FSDP2's fully_shard broadcasts nothing)
+    assert ("setup" in check["excluded_phases"]) == (dist.workload.dp > 1 and scheme != "fsdp2")
     assert dist.assumptions
 
 
@@ -82,41 +83,70 @@ def test_ddp_setup_broadcast_groups_of_1_3B_by_hand():
     assert sum(m.bytes * m.count for m in setup) == 2 * 1_418_596_352
 
 
-def test_zero1_reduces_each_owner_slice_and_allgathers_the_partition():
+def test_zero1_allreduces_the_bucket_and_allgathers_the_partition():
     dist = build(Workload(preset("19M"), "zero1", dp=8))
-    # one 5e8-element bucket holds all 71,459,840 elements; 8 partitions of 8,932,480 elements (2 B each)
-    assert of(dist, "gradients") == [Message("reduce", 17_864_960, 8, 8, "gradients")]
-    assert of(dist, "optimizer") == [Message("allgather", 17_864_960, 1, 8, "optimizer")]
-    assert dist.departures == []
+    # DeepSpeed 0.19.8's default (use_multi_rank_bucket_allreduce=True): the one 5e8-element bucket holding all
+    # 71,459,840 elements is allreduced whole; then the fp32 gradient norm; 8 partitions of 8,932,480 elements
+    assert of(dist, "gradients") == [Message("allreduce", 2 * P19, 1, 8, "gradients")]
+    assert of(dist, "optimizer") == [Message("allreduce", 4, 1, 8, "optimizer"),
+                                     Message("allgather", 17_864_960, 1, 8, "optimizer")]
+    assert [d.bytes for d in dist.departures] == [P19 * 2 * Fraction(7, 8), Fraction(7)]
 
 
 def test_zero2_padding_is_a_named_departure():
     dist = build(Workload(preset("19M"), "zero2", dp=6))
     # 71,459,840 is padded to a multiple of 12: 71,459,844; the allgather moves 4 extra elements * 2 B * 5/6
-    assert of(dist, "optimizer") == [Message("allgather", 71_459_844 // 6 * 2, 1, 6, "optimizer")]
-    assert [d.bytes for d in dist.departures] == [Fraction(20, 3)]
+    assert Message("allgather", 71_459_844 // 6 * 2, 1, 6, "optimizer") in of(dist, "optimizer")
+    assert [d.bytes for d in dist.departures] == [P19 * 2 * Fraction(5, 6), Fraction(20, 3), Fraction(20, 3)]
     assert sum(m.bytes * m.count for m in of(dist, "gradients")) == 2 * P19
 
 
 def test_zero2_buckets_of_13B_stay_under_5e8_elements():
     dist = build(Workload(preset("13B"), "zero2", dp=8))
-    grads = of(dist, "gradients", "reduce")
+    grads = of(dist, "gradients", "allreduce")
     assert sum(m.bytes * m.count for m in grads) == 2 * 13_110_159_360
     assert max(m.bytes for m in grads) <= 500_000_000 * 2
 
 
 def test_zero3_by_hand_for_19M():
     dist = build(Workload(preset("19M"), "zero3", dp=8))
-    fwd = of(dist, "forward")
-    # 6 layers x 4 matrices + word, position and output embeddings are gathered: 27 allgathers
-    assert sum(m.count for m in fwd) == 27 and of(dist, "backward") == [
-        Message(m.collective, m.bytes, m.count, m.group_size, "backward") for m in fwd]
-    assert Message("allgather", 786_432 // 8 * 2, 6, 8, "forward") in fwd  # QKV 3*512^2 elements / 8 ranks
-    # 50 vectors of 512 elements persist: one allgather of 64 elements each after the step
-    assert of(dist, "optimizer") == [Message("allgather", 128, 50, 8, "optimizer")]
+    # the 26 matrices and embeddings (71,434,240 elements) reach the 5e7-element prefetch bucket only with the
+    # output head, the last of them: one coalesced allgather of every rank's partitions in forward
+    assert of(dist, "forward") == [Message("allgather", 71_434_240 // 8 * 2, 1, 8, "forward")]
+    # within stage3_max_reuse_distance (1e9 elements) all stay gathered: no backward gather
+    assert of(dist, "backward") == []
+    # the fp64 gradient norm, and 50 vectors of 512 elements gathered once after the step (64 elements each)
+    assert of(dist, "optimizer") == [Message("allreduce", 8, 1, 8, "optimizer"),
+                                     Message("allgather", 128, 50, 8, "optimizer")]
     # one 5e8-element gradient bucket: a reduce_scatter of the whole model
     assert of(dist, "gradients") == [Message("reduce_scatter", 2 * P19, 1, 8, "gradients")]
-    assert [d.bytes for d in dist.departures] == [-25_600 * 2 * Fraction(7, 8)]
+    assert [d.bytes for d in dist.departures] == [-25_600 * 2 * Fraction(7, 8), Fraction(14),
+                                                  -71_434_240 * 2 * Fraction(7, 8)]
+
+
+def test_zero3_regathers_what_lies_beyond_the_reuse_distance():
+    dist = build(Workload(preset("13B"), "zero3", dp=8))
+    forward, backward = of(dist, "forward"), of(dist, "backward")
+    # prefetch buckets of at least 5e7 elements (2 B each, 8 partitions), the last possibly smaller
+    assert all(m.bytes * 8 // 2 >= 50_000_000 for m in forward[:-1])
+    # the first layers are more than 1e9 trace elements from their backward use: gathered again, fewer bytes
+    assert backward and sum(m.bytes * m.count for m in backward) < sum(m.bytes * m.count for m in forward)
+    assert dist.check()["residual_bytes"] == 0
+
+
+def test_fsdp2_by_hand():
+    dist = build(Workload(Model(64, 2, 4, 32, 128), "fsdp2", dp=3))
+    # dim 0 padded to a multiple of 3 rows: root = word 43x64 + position 11x64 + final norm 2 x 22 + head 43x64
+    root = 2752 + 704 + 22 + 22 + 2752
+    # a block: 2 norms (4 x 22), QKV 64x64, out 22x64, MLP in 86x64, MLP out 22x256, 4 biases of 22
+    block = 4 * 22 + 4096 + 1408 + 5504 + 5632 + 4 * 22
+    assert of(dist, "forward") == [Message("allgather", 2 * root, 1, 3, "forward"),
+                                   Message("allgather", 2 * block, 2, 3, "forward")]
+    assert of(dist, "backward") == [Message("allgather", 2 * block, 2, 3, "backward")]  # the root stays gathered
+    assert of(dist, "gradients") == [Message("reduce_scatter", 3 * 2 * root, 1, 3, "gradients"),
+                                     Message("reduce_scatter", 3 * 2 * block, 2, 3, "gradients")]
+    assert of(dist, "setup") == []  # fully_shard broadcasts nothing
+    assert dist.check()["residual_bytes"] == 0
 
 
 def test_zeropp_by_hand_for_19M():

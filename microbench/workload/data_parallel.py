@@ -21,6 +21,10 @@ DDP_BROADCAST_BUCKET_BYTES = 250 * MiB  # DistributedDataParallel.broadcast_buck
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000       # reduce_bucket_size 5e8
 ZERO_PARTITION_ALIGNMENT = 2                     # nccl_start_alignment_factor: 4 bytes of 16-bit elements
 ZERO3_PERSISTENCE_THRESHOLD = 100_000            # stage3_param_persistence_threshold 1e5
+ZERO3_PREFETCH_BUCKET_ELEMENTS = 50_000_000      # stage3_prefetch_bucket_size 5e7
+ZERO3_MAX_REUSE_DISTANCE = 1_000_000_000         # stage3_max_reuse_distance 1e9 (elements)
+ZERO12_NORM_BYTES = 4                            # stage_1_and_2 get_grad_norm_direct: an fp32 scalar
+ZERO3_NORM_BYTES = 8                             # stage3 get_grad_norm_direct: zero/utils.get_norm_dtype, fp64
 ZEROPP_QUANT_GROUP = 8000                        # CUDAQuantizer.target_group_size (qwZ scales)
 SCALE_BYTES = 4                                  # fp32 quantization scales
 
@@ -49,7 +53,9 @@ def ddp(w: Workload) -> Distribution:
         "PyTorch DDP after its first iteration (buckets rebuilt in the order gradients became ready, "
         "here the reverse of the forward order): a bucket closes once it holds at least its cap, the first "
         "at 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest at bucket_cap_mb = 25 MiB; tensors are never "
-        "split, so a bucket can exceed its cap; one allreduce per bucket per iteration (no gradient accumulation)",
+        "split, so a bucket can exceed its cap; one allreduce per bucket per iteration (no gradient accumulation). "
+        "The first iteration is not modelled: torch 2.13 starts with all gradients in one bucket "
+        "(_BucketCapacityConfig.compute_bucket_size_limits without find_unused_parameters) and rebuilds after it",
         "setup: DDP's constructor broadcasts the module state from rank 0 with c10d's broadcast_coalesced, "
         "in forward order in groups of 250 MiB (broadcast_bucket_size) that close once they reach it "
         "(compute_bucket_assignment_by_size, as the gradient buckets)",
@@ -58,41 +64,39 @@ def ddp(w: Workload) -> Distribution:
 
 
 def _zero12(w: Workload, stage: int) -> Distribution:
-    """DeepSpeed ZeRO-1/2: reduce of each owner's slice per gradient bucket, one allgather of the update."""
+    """DeepSpeed ZeRO-1/2: one allreduce per gradient bucket, the norm, one allgather of the update."""
     d, e, params = w.dp, w.element_bytes, w.params
     tensors = parameter_tensors(w.model)
-    offsets, at = [], 0
-    for t in tensors:
-        offsets.append(at)
-        at += t.numel
     padded = ceil_div(params, ZERO_PARTITION_ALIGNMENT * d) * ZERO_PARTITION_ALIGNMENT * d
     partition = padded // d
     order = list(range(len(tensors))) if stage == 1 else list(reversed(range(len(tensors))))
-    messages: list[Message] = []
-    for bucket in flush_before_overflow([tensors[i].numel for i in order], ZERO_REDUCE_BUCKET_ELEMENTS):
-        members = [order[j] for j in bucket]
-        lo = min(offsets[i] for i in members)
-        hi = max(offsets[i] + tensors[i].numel for i in members)
-        for owner in range(d):
-            overlap = min(hi, (owner + 1) * partition) - max(lo, owner * partition)
-            if overlap > 0:
-                messages.append(Message("reduce", overlap * e, 1, d, "gradients"))
+    sizes = [tensors[i].numel for i in order]
+    messages = [Message("allreduce", sum(sizes[j] for j in bucket) * e, 1, d, "gradients")
+                for bucket in flush_before_overflow(sizes, ZERO_REDUCE_BUCKET_ELEMENTS)]
+    messages.append(Message("allreduce", ZERO12_NORM_BYTES, 1, d, "optimizer"))
     messages.append(Message("allgather", partition * e, 1, d, "optimizer"))
     messages += per_parameter_broadcasts([t.numel for t in tensors], e, d)
     order_text = "in parameter order after backward" if stage == 1 else "as gradients become ready in backward"
     assumptions = [
-        f"DeepSpeed ZeRO-{stage}: gradients are gathered {order_text} into buckets of reduce_bucket_size = 5e8 "
-        "elements (a tensor that would overflow the bucket first sends it); with reduce_scatter=True and "
-        "use_multi_rank_bucket_allreduce=False each bucket is reduced as one reduce per rank that owns part of "
-        "it, to that rank (average_tensor), which moves Eq. 2's volume; DeepSpeed's default since late 2023 "
-        "(use_multi_rank_bucket_allreduce=True, PR #4695) instead allreduces each whole bucket, one allreduce "
-        "of the bucket's size, moving params * (d-1)/d elements more than Eq. 2 (not modelled here)",
-        "optimizer: with a torch that has all_gather_into_tensor, the updated parameters come back in one "
-        "allgather per parameter group of each rank's partition (allgather_bucket_size only matters on older "
-        "torch); one parameter group is modelled (real runs often have two, with and without weight decay)",
+        f"DeepSpeed ZeRO-{stage} (checked against DeepSpeed 0.19.8): gradients are gathered {order_text} into "
+        "buckets of reduce_bucket_size = 5e8 elements (a tensor that would overflow the bucket first sends it); "
+        "with use_multi_rank_bucket_allreduce=True (the default since late 2023, PR #4695; "
+        "stage_1_and_2.average_tensor -> allreduce_and_scatter) each bucket is allreduced whole, one allreduce of "
+        "the bucket's size, and each rank keeps its slice; with it False each bucket is reduced to the ranks "
+        "that own parts of it instead (one reduce per owner, Eq. 2's volume; not modelled)",
+        "optimizer: the gradient norm (get_grad_norm_direct, computed even without clipping) is one allreduce of "
+        "an fp32 scalar per parameter group; the updated parameters come back in one allgather per parameter "
+        "group of each rank's partition (allgather_bucket_size only matters on torch without "
+        "all_gather_into_tensor); one parameter group is modelled (real runs often have two, with and without "
+        "weight decay)",
         SETUP_DEEPSPEED,
     ]
-    departures = []
+    factor = Fraction(e * (d - 1), d)
+    departures = [
+        Departure("each gradient bucket is allreduced whole (use_multi_rank_bucket_allreduce=True), not reduced "
+                  "to its owners: params * (d-1)/d elements more than Eq. 2", params * factor),
+        Departure("the gradient norm's allreduce (one fp32 scalar)", Fraction(2 * ZERO12_NORM_BYTES * (d - 1), d)),
+    ]
     if padded != params:
         departures.append(Departure(
             f"the flat parameter group is padded from {params} to {padded} elements (a multiple of 2d, "
@@ -114,43 +118,79 @@ def _persistent(numel: int) -> bool:
 
 
 ZERO3_FETCH_RULE = (
-    "ZeRO-3 fetches parameters module by module and coalesces one fetch (and a prefetch of up to "
-    "stage3_prefetch_bucket_size = 5e7 elements) into one allgather; with the small vectors resident a "
-    "module fetch holds one weight matrix, so one allgather per weight matrix is modelled (prefetch "
-    "coalescing of consecutive matrices is not), in forward and again in backward (nothing kept between "
-    "them: a large stage3_max_reuse_distance would keep the last layers gathered)")
+    "ZeRO-3 forward (checked against DeepSpeed 0.19.8, partitioned_param_coordinator.fetch_sub_module): after the "
+    "first iteration has recorded the module trace, each fetch prefetches the next parameters of the trace until "
+    "it holds stage3_prefetch_bucket_size = 5e7 elements and gathers them in one allgather "
+    "(all_gather_coalesced: each rank's partitions of all of them); modelled as the non-persistent parameters in "
+    "forward order cut into allgathers that close once they reach 5e7 elements (a model whose root module holds "
+    "no parameter of its own, as GPT-NeoX's; stage3_max_live_parameters = 1e9 capping what is gathered at once "
+    "is not modelled)")
+ZERO3_REUSE_RULE = (
+    "ZeRO-3 backward: after a module's forward its parameters are released unless they are used again within "
+    "stage3_max_reuse_distance = 1e9 elements of the module trace (__params_to_release); a parameter's reuse "
+    "distance is modelled as twice the elements after it in forward order (the rest of the forward, then the "
+    "backward back to it): those within 1e9 stay gathered, the others are gathered again in backward, in "
+    "backward order, coalesced as in forward")
 ZERO3_PERSIST_RULE = (
     "parameters of at most stage3_param_persistence_threshold = 1e5 elements stay resident: not gathered in "
     "forward or backward, but gathered once after the optimizer step (one allgather each, tiny messages)")
 
 
+def _reuse_elements(tensors) -> list[int]:
+    """Per tensor, the trace elements between its forward use and its backward use (2 x the elements after it)."""
+    after, out = 0, []
+    for t in reversed(tensors):
+        out.append(2 * after)
+        after += t.numel
+    return out[::-1]
+
+
+def _coalesced_gathers(numels: list[int], d: int, e: int, phase: str) -> list[Message]:
+    """Allgathers of partitions coalesced into prefetch buckets that close once they reach 5e7 elements."""
+    return [Message("allgather", sum(ceil_div(numels[i], d) for i in bucket) * e, 1, d, phase)
+            for bucket in close_when_reached(numels, [ZERO3_PREFETCH_BUCKET_ELEMENTS])]
+
+
 def zero3(w: Workload) -> Distribution:
-    """DeepSpeed ZeRO-3: per-parameter allgathers in forward and backward, reduce_scatter gradient buckets."""
+    """DeepSpeed ZeRO-3: coalesced prefetch allgathers, re-gathers beyond the reuse distance, reduce_scatter
+    gradient buckets, the norm, and the persistent parameters gathered after the step."""
     d, e = w.dp, w.element_bytes
     tensors = parameter_tensors(w.model)
+    reuse = _reuse_elements(tensors)
     gathered = [t.numel for t in tensors if not _persistent(t.numel)]
+    regathered = [t.numel for t, r in zip(tensors, reuse) if not _persistent(t.numel) and r >= ZERO3_MAX_REUSE_DISTANCE]
     persistent = [t.numel for t in tensors if _persistent(t.numel)]
-    messages = [Message("allgather", ceil_div(n, d) * e, 1, d, phase) for phase in ("forward", "backward")
-                for n in gathered]
+    messages = _coalesced_gathers(gathered, d, e, "forward") + _coalesced_gathers(regathered[::-1], d, e, "backward")
     ready = [t.numel for t in reversed(tensors)]
     for bucket in flush_before_overflow(ready, ZERO_REDUCE_BUCKET_ELEMENTS):
         messages.append(Message("reduce_scatter", d * sum(ceil_div(ready[i], d) for i in bucket) * e, 1, d,
                                 "gradients"))
+    messages.append(Message("allreduce", ZERO3_NORM_BYTES, 1, d, "optimizer"))
     messages += [Message("allgather", ceil_div(n, d) * e, 1, d, "optimizer") for n in persistent]
     messages += per_parameter_broadcasts([t.numel for t in tensors], e, d)
     factor = Fraction(e * (d - 1), d)
     pad = {n: ceil_div(n, d) * d - n for n in gathered + persistent}
+    kept = sum(gathered) - sum(regathered)
     departures = [Departure(f"{len(persistent)} persistent parameters ({sum(persistent)} elements) are gathered "
-                            "once after the step instead of in forward and backward", -sum(persistent) * factor)]
-    padding = 3 * sum(pad[n] for n in gathered) + 2 * sum(pad[n] for n in persistent)
+                            "once after the step instead of in forward and backward", -sum(persistent) * factor),
+                  Departure("the gradient norm's allreduce (one fp64 scalar)",
+                            Fraction(2 * ZERO3_NORM_BYTES * (d - 1), d))]
+    if kept:
+        departures.append(Departure(f"{len(gathered) - len(regathered)} parameters ({kept} elements) stay gathered "
+                                    "from forward to backward (within stage3_max_reuse_distance): not gathered again",
+                                    -kept * factor))
+    padding = (2 * sum(pad[n] for n in gathered) + sum(pad[n] for n in regathered)
+               + 2 * sum(pad[n] for n in persistent))
     if padding:
         departures.append(Departure("each partitioned parameter is padded to a multiple of d elements",
                                     padding * factor))
     assumptions = [
-        ZERO3_FETCH_RULE, ZERO3_PERSIST_RULE,
+        ZERO3_FETCH_RULE, ZERO3_REUSE_RULE, ZERO3_PERSIST_RULE,
         "gradients: buckets of reduce_bucket_size = 5e8 elements in the order gradients become ready, one "
         "reduce_scatter per bucket of the gradients each padded to a multiple of d (reduce_scatter_coalesced; "
         "torch builds with a coalesced reduce-scatter issue one call per tensor inside one NCCL group instead)",
+        "optimizer: the gradient norm is one allreduce of an fp64 scalar per parameter group (stage3 "
+        "get_grad_norm_direct, norms accumulated in zero/utils.get_norm_dtype)",
         SETUP_DEEPSPEED,
     ]
     elements = eq3_zero3(w.params, d)

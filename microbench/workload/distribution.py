@@ -18,7 +18,7 @@ from microbench.workload.model import Model, parameter_count
 #: Training precisions (names as microbench.benchmarks.dtypes knows them).
 TRAINING_DTYPES = ("bf16", "fp16", "fp32")
 
-DATA_PARALLEL_SCHEMES = ("ddp", "zero1", "zero2", "zero3", "zeropp")
+DATA_PARALLEL_SCHEMES = ("ddp", "fsdp2", "zero1", "zero2", "zero3", "zeropp")
 MODEL_PARALLEL_SCHEMES = ("tp", "sp", "pp", "3d")
 SCHEMES = DATA_PARALLEL_SCHEMES + MODEL_PARALLEL_SCHEMES
 

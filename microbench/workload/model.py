@@ -22,6 +22,12 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 DEFAULT_SEQ = 2048
 DEFAULT_VOCAB = 50304  # GPT-NeoX's 50277 tokens padded
 
+#: How a layer's bias and norm vectors are counted: "eq1" as the paper's Eq. 1 (eight h-element vectors per
+#: layer, replicated under tensor parallelism); "full" as a real GPT layer has them (QKV bias 3h, MLP-in bias
+#: 4h: 13h per layer; the column-parallel biases split t ways under tensor parallelism, as Megatron-LM's
+#: ColumnParallelLinear and torch's ColwiseParallel split them).
+BIAS_LAYOUTS = ("eq1", "full")
+
 
 @dataclass(frozen=True)
 class Model:
@@ -33,8 +39,11 @@ class Model:
     seq: int = DEFAULT_SEQ
     vocab: int = DEFAULT_VOCAB
     name: str | None = None
+    biases: str = "eq1"  #: one of BIAS_LAYOUTS
 
     def __post_init__(self):
+        if self.biases not in BIAS_LAYOUTS:
+            raise UsageError(f"unknown bias layout {self.biases!r}: choose from {', '.join(BIAS_LAYOUTS)}")
         for field in ("hidden", "layers", "heads", "seq", "vocab"):
             if getattr(self, field) < 1:
                 raise UsageError(f"--{field} must be a positive whole number, not {getattr(self, field)}")
@@ -43,6 +52,8 @@ class Model:
 
     def describe(self) -> str:
         dims = f"L={self.layers}, h={self.hidden}, a={self.heads}, s={self.seq}, V={self.vocab}"
+        if self.biases == "full":
+            dims += ", full biases: 13h vectors per layer"
         return f"{self.name} GPT-NeoX ({dims})" if self.name else f"custom model ({dims})"
 
 
@@ -55,10 +66,16 @@ def preset(name: str, seq: int | None = None, vocab: int | None = None) -> Model
                  DEFAULT_VOCAB if vocab is None else vocab, name)
 
 
+def layer_vectors(m: Model) -> int:
+    """Elements of one layer's bias and norm vectors, in units of h: 8 (Eq. 1) or 13 (a real GPT layer)."""
+    return 13 if m.biases == "full" else 8
+
+
 def parameter_count(m: Model) -> int:
-    """Eq. 1: params = 2Vh + sh + L(12h^2 + 8h) + 2h (untied embeddings, learned positions)."""
+    """Eq. 1: params = 2Vh + sh + L(12h^2 + 8h) + 2h (untied embeddings, learned positions); with
+    ``biases="full"`` each layer has its real 13h of vectors instead of 8h."""
     h = m.hidden
-    return 2 * m.vocab * h + m.seq * h + m.layers * (12 * h * h + 8 * h) + 2 * h
+    return 2 * m.vocab * h + m.seq * h + m.layers * (12 * h * h + layer_vectors(m) * h) + 2 * h
 
 
 @dataclass(frozen=True)
@@ -83,9 +100,11 @@ def parameter_tensors(m: Model, tp: int = 1, layers: int | None = None,
     Per layer: four weight matrices (QKV 3h x h, attention output h x h, MLP in 4h x h, MLP out h x 4h)
     and eight h-element vectors (Eq. 1's 8h: two layer norms' weight and bias, four biases). With
     tensor parallelism ``tp`` the matrices and the vocabulary are split ``tp`` ways and the vectors are
-    replicated (Megatron-LM); ``layers`` is the number of layers on this pipeline stage.
+    replicated (Megatron-LM); ``layers`` is the number of layers on this pipeline stage. With
+    ``biases="full"`` the QKV bias has 3h elements and the MLP-in bias 4h, both split ``tp`` ways.
     """
     h, t = m.hidden, tp
+    qkv_bias, mlp_bias = ((3 * h // t,), (4 * h // t,)) if m.biases == "full" else ((h,), (h,))
     n_layers = m.layers if layers is None else layers
     out: list[Tensor] = []
     if first_stage:
@@ -93,10 +112,10 @@ def parameter_tensors(m: Model, tp: int = 1, layers: int | None = None,
     for i in range(n_layers):
         p = f"layer{i}."
         out += [Tensor(p + "ln1.weight", (h,)), Tensor(p + "ln1.bias", (h,)),
-                Tensor(p + "attn.qkv.weight", (3 * h // t, h)), Tensor(p + "attn.qkv.bias", (h,)),
+                Tensor(p + "attn.qkv.weight", (3 * h // t, h)), Tensor(p + "attn.qkv.bias", qkv_bias),
                 Tensor(p + "attn.out.weight", (h, h // t)), Tensor(p + "attn.out.bias", (h,)),
                 Tensor(p + "ln2.weight", (h,)), Tensor(p + "ln2.bias", (h,)),
-                Tensor(p + "mlp.in.weight", (4 * h // t, h)), Tensor(p + "mlp.in.bias", (h,)),
+                Tensor(p + "mlp.in.weight", (4 * h // t, h)), Tensor(p + "mlp.in.bias", mlp_bias),
                 Tensor(p + "mlp.out.weight", (h, 4 * h // t)), Tensor(p + "mlp.out.bias", (h,))]
     if last_stage:
         out += [Tensor("final_ln.weight", (h,)), Tensor("final_ln.bias", (h,)),

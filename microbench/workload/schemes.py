@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from microbench.workload import data_parallel, model_parallel
+from microbench.workload import data_parallel, fsdp, model_parallel
 from microbench.workload.distribution import COUNT_RULE, Distribution, Workload
+from microbench.workload.frameworks import provenance
 from microbench.workload.messages import WIRE_RULES, merge
 
 BUILDERS: dict[str, Callable[[Workload], Distribution]] = {
     "ddp": data_parallel.ddp,
+    "fsdp2": fsdp.fsdp2,
     "zero1": data_parallel.zero1,
     "zero2": data_parallel.zero2,
     "zero3": data_parallel.zero3,
@@ -27,8 +29,12 @@ def build(workload: Workload) -> Distribution:
     dist = BUILDERS[workload.scheme](workload)
     dist.messages = merge(dist.messages)
     dist.assumptions = [
-        "params per Eq. 1 (untied input and output embeddings, learned positions); each layer's 8h are modelled "
-        "as eight h-element vectors beside the four weight matrices",
+        ("params per Eq. 1 (untied input and output embeddings, learned positions); each layer's 8h are modelled "
+         "as eight h-element vectors beside the four weight matrices" if workload.model.biases == "eq1" else
+         "params per Eq. 1 with a real GPT layer's vectors (untied embeddings, learned positions): 12h^2 + 13h per "
+         "layer, the QKV bias 3h and the MLP-in bias 4h (split t ways with tensor parallelism) beside six "
+         "h-element vectors"),
+        provenance(workload.scheme),
         f"messages are in {workload.dtype} ({workload.element_bytes} bytes per element) unless stated",
         COUNT_RULE,
         WIRE_RULES,
