@@ -406,10 +406,16 @@ def _n5_copies(variant: str, real: Real, tmp_path: Path) -> tuple[Path, Path, st
 def test_f5_n5_copies_of_one_run_differing_in_a_judged_extra_are_an_error_in_either_order(tmp_path, real,
                                                                                             variant):
     """F5 and N5: one run id in two files whose copies differ only in the overlap block, the pairs matrix or its
-    outliers: ``check A B`` and ``check B A`` both exit 2 with one line naming both files (a copy refused as
-    inconsistent with its own matrix, the outliers case, may be named alone: the same line in both orders)."""
+    outliers: ``check A B`` and ``check B A`` both exit 2 with one line naming both files. Outliers are never
+    taken from a record but computed again from its matrix, so two copies that differ only in their outlier lists
+    hold the same judged data: both orders give the same verdict (FAIL: the matrix flags a link), never PASS."""
     a, b, text = _n5_copies(variant, real, tmp_path)
     s = spec(tmp_path, text)
+    if variant == "outliers":
+        verdicts = [mb(tmp_path, "check", first, second, "--spec", s) for first, second in ((a, b), (b, a))]
+        assert [v.returncode for v in verdicts] == [1, 1], [v.output for v in verdicts]
+        assert all(b"-> FAIL" in v.out for v in verdicts)
+        return
     lines = []
     for first, second in ((a, b), (b, a)):
         line = error_line(mb(tmp_path, "check", first, second, "--spec", s), r".*")
@@ -511,7 +517,10 @@ def test_f9_escape_runs_in_a_trace_are_linear(tmp_path, chunk):
 
 # ================================================================== F10 a failing skew rule over many runs (held)
 def _skewed(real: Real, run_id: str) -> list[dict]:
+    """The real run under ``run_id`` (a run of its own: its command names it, since readers refuse one run
+    copied under several ids), every allreduce skewed 50x."""
     recs = relabel(real.records(), run_id)
+    recs[0]["command"] = f"{recs[0]['command']} # {run_id}"
     for r in results(recs):
         if "stragglers" in r:  # allreduce (ping-pong latency records have none)
             r["stragglers"]["skew"] = r["stragglers"]["node_skew"] = 50.0
@@ -890,11 +899,14 @@ def test_f14_n12_run_ids_and_hosts_with_bidi_and_zero_width_are_escaped(tmp_path
 
 # ================================================================== F15 strict --json, no warnings
 def _extreme(real: Real, tmp_path: Path) -> Path:
-    """Two runs: the real one, and a copy 1e300 times slower (consistent bandwidths): values that overflow
-    squares and sums, but that a record may hold."""
+    """Two runs: the real one, and a copy slowed until its slowest statistic is the longest a record may hold
+    (``MAX_DURATION_US``, consistent bandwidths): the extremes the record model lets through."""
+    from microbench.records.model import LATENCY_STATS, MAX_DURATION_US
+
     slow = relabel(real.records(), "slow")
     for r in results(slow):
-        scale_latency(r, 1e300)
+        scale_latency(r, 0.999999 * MAX_DURATION_US / max(r["latency_us"][s] for s in LATENCY_STATS
+                                                         if s in r["latency_us"]))
     return write_records(tmp_path / "foreign-extreme.jsonl", real.records() + slow)
 
 

@@ -22,6 +22,7 @@ from conftest import run_process
 from fixtures.gate.synth import pairs_result, private_index, result, run_line, with_latency, write_run
 
 from microbench.records import read_runs
+from microbench.records.model import MAX_DURATION_US
 from microbench.results.load import load_table
 from microbench.workload.traces.jsonread import MAX_ELEMENT_BYTES
 
@@ -117,7 +118,7 @@ def test_fifo_device_and_folder_named_jsonl_are_skipped_with_a_note(tmp_path, sp
 def test_a_file_over_the_size_cap_is_one_error(tmp_path, spec):
     path = lines_file(tmp_path / "foreign-big.jsonl", good_run())
     done = mb(tmp_path, "check", path, "--spec", spec, env={"MICROBENCH_MAX_FILE_BYTES": "1000"})
-    one_error(done, re.escape(f"{path.name}: ") + r"\d+ bytes, more than a results file may hold \(1000 bytes; "
+    one_error(done, re.escape(f"{path.name}: ") + r"\d+ bytes: larger than a results file may be \(1000 bytes; "
               + "MICROBENCH_MAX_FILE_BYTES.*")
 
 
@@ -222,7 +223,7 @@ def test_control_characters_in_records_never_reach_the_terminal(tmp_path, spec):
 def test_json_output_is_strict_json(tmp_path):
     """Latencies near the largest float (their bandwidths follow, near the smallest): medians of two overflow
     unless computed with care, and every figure printed is strict JSON."""
-    recs = [r if r["type"] != "result" else with_latency(r, {k: 1.7e308 for k in STATS if k in r["latency_us"]})
+    recs = [r if r["type"] != "result" else with_latency(r, {k: MAX_DURATION_US for k in STATS if k in r["latency_us"]})
             for r in good_run()]
     again = [{**r, "run_id": "run1", **({"command": "again"} if r["type"] == "run" else {})} for r in recs]
     path = lines_file(tmp_path / "foreign-huge.jsonl", recs + again)

@@ -35,6 +35,7 @@ OTHER_INPUTS = {
     "importers/nccl_tests.py": "nccl-tests' -J JSON output",
     "importers/to_records.py": "another tool's output file, for its SHA-256",
     "measure/buffers.py": "/proc/self/smaps (huge pages granted)",
+    "output_files.py": "writes figures, pages and JUnit files (a temporary file put on the name)",
     "measure/cache.py": "/sys cache sizes",
     "measure/native/loops.py": "/proc/cpuinfo",
     "measure/native/toolchain.py": "the C sources it builds and its build cache",

@@ -187,7 +187,7 @@ def test_sweep_of_every_nonblocking_benchmark_gives_valid_records(world, tmp_pat
 def test_overlap_options_are_checked():
     assert _options("iallreduce").compute_ratio == 1.0  # OMB's default: compute for t_pure
     assert _options("iallreduce", "--compute-us", "30").compute_ratio is None
-    for argv, words in ((["iallreduce", "--compute-ratio", "-1"], "--compute-ratio must be 0 or more"),
+    for argv, words in ((["iallreduce", "--compute-ratio", "-1"], "--compute-ratio must be a finite number, 0 or more"),
                         (["iallreduce", "--num-tests", "-2"], "--num-tests must be 0 or more"),
                         (["iallreduce", "--compute-ratio", "2", "--compute-us", "5"], "give one"),
                         (["allreduce", "--num-tests", "2"], "applies to the non-blocking benchmarks"),

@@ -85,7 +85,7 @@ def test_gloo_every_nonblocking_benchmark_checked(launcher, nranks, tmp_path):
 
 
 @pytest.mark.parametrize("argv,words,status", [
-    (["iallreduce", "--compute-ratio", "-0.5"], "--compute-ratio must be 0 or more", 2),
+    (["iallreduce", "--compute-ratio", "-0.5"], "--compute-ratio must be a finite number, 0 or more", 2),
     (["iallreduce", "--kernel", "cubic"], "--kernel", 2),
     (["iallreduce", "--num-tests", "-1"], "--num-tests must be 0 or more", 2),
     (["allgather", "--compute-us", "10"], "applies to the non-blocking benchmarks", 2),

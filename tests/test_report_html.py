@@ -391,19 +391,22 @@ def test_the_size_script_measures_the_page(tmp_path):
 
 
 def _huge(p50: float, size: int = 8) -> dict:
-    """A result whose every latency statistic is ``p50`` (near the largest float: p50 x 1.2 would be inf)."""
+    """A result whose every latency statistic is ``p50``."""
     stats = dict.fromkeys(synth.MULTIPLES, p50) | {"samples": 1000, "timing_ranks": 2}
     return synth.with_latency(synth.result("allreduce", size, p50), stats)
 
 
-def test_latencies_near_the_largest_float_are_shown(tmp_path, capsys):
-    """A latency near 1e308 (a broken timer, a hostile file) is a value like any other: the per-run median of
-    two such records, the history, the curves and the compare interval (its end past the floats: inf) are
-    drawn and listed, with no overflow (they crashed report and compare before)."""
+def test_latencies_at_the_longest_a_record_may_hold_are_shown_and_beyond_refused(tmp_path, capsys):
+    """A latency at the longest the record model allows (``MAX_DURATION_US``, about 116 days: a hung call) is a
+    value like any other: the per-run median of two such records, the history, the curves and the compare
+    interval are drawn and listed; a longer one (a broken timer, a hostile file: 1e308 crashed report and compare
+    once) is refused, naming its line."""
+    from microbench.records.model import MAX_DURATION_US as top
+
     path = tmp_path / "n.jsonl"
     for i in range(6):
-        big = [_huge(1.6e308), _huge(1.7e308)] if i == 5 else [synth.result("allreduce", 8, 10.0 + i)]
-        synth.write_run(path, [*big, _huge(sys.float_info.max if i == 4 else 12.0, 64)], run_id=f"n{i}",
+        big = [_huge(0.9 * top), _huge(top)] if i == 5 else [synth.result("allreduce", 8, 10.0 + i)]
+        synth.write_run(path, [*big, _huge(top if i == 4 else 12.0, 64)], run_id=f"n{i}",
                         time_utc=f"2026-11-{i + 1:02d}T07:00:00Z")
     out = tmp_path / "r.html"
     assert microbench_main(["report", str(path), "-o", str(out), "--baseline", str(path), "--newest", "6"]) == 0
@@ -411,18 +414,21 @@ def test_latencies_near_the_largest_float_are_shown(tmp_path, capsys):
     root = parse(out.read_text())
     history = root.find(id="history-allreduce")
     shown = [c.attrs["data-y"] for c in history.find_all("circle")]
-    assert "1.65e+308" in shown  # n5: the median of 1.6e308 and 1.7e308 (their sum overflows)
-    assert f"{sys.float_info.max:.6g}" in shown  # n4's 64 B
+    assert f"{0.95 * top:.6g}" in shown  # n5: the median of 0.9 and 1 times the longest
+    assert f"{top:.6g}" in shown  # n4's 64 B
     rows = root.find(id="compare").find("tbody").find_all("tr")
     eight = [tr for tr in rows if tr.find_all("td")[0].text == "8"][0]
     low, high = eight.find_all("td")[10].all_text().strip("[]").split(", ")  # the interval, its ends readable
     assert low == "0.000" and (high == "inf" or re.fullmatch(r"\d\.\d\de\+\d+", high)), high
     result = compare(load_table([path]), load_table([path]))
     assert [r.baseline_median for r in result.rows] == [12.5, 12.0]
-    assert result.rows[0].baseline.tolist()[-1] == pytest.approx(1.65e308, rel=1e-15)
+    assert result.rows[0].baseline.tolist()[-1] == pytest.approx(0.95 * top, rel=1e-15)
     assert microbench_main(["compare", "--baseline", str(path), "--new", str(path)]) == 0
     assert microbench_main(["history", str(path)]) == 0
-    assert "1.65e+308" in capsys.readouterr().out
+    assert f"{0.95 * top:.4g}" in capsys.readouterr().out
+    beyond = synth.write_run(tmp_path / "foreign-beyond.jsonl", [_huge(1.7e308)])
+    assert microbench_main(["report", str(beyond), "-o", str(tmp_path / "b.html")]) == 2
+    assert "foreign-beyond.jsonl:2:" in capsys.readouterr().err
 
 
 def test_log_axes_and_medians_hold_at_the_largest_float():

@@ -11,7 +11,7 @@ import json
 import sys
 
 from microbench import __version__
-from microbench.cluster import facts as system_facts
+from microbench.cluster import facts
 from microbench.cluster import launch
 
 
@@ -54,18 +54,18 @@ def collect() -> dict:
         }
     except ImportError:
         out["torch"] = None
-    out["conditions"] = {"thp": system_facts.thp_mode(), "page_size": system_facts.page_size(), "cpus": launch.cpu_count(),
-                         "mem_available_bytes": system_facts.mem_available_bytes()}
+    out["conditions"] = {"thp": facts.thp_mode(), "page_size": facts.page_size(), "cpus": launch.cpu_count(),
+                         "mem_available_bytes": facts.mem_available_bytes()}
     return out
 
 
 def main(args) -> int:
-    facts = collect()
+    found = collect()
     if args.json:
-        print(json.dumps(facts, indent=2))
+        print(json.dumps(found, indent=2))
         return 0
-    mpi = facts.get("mpi") or {}
-    print(f"microbench {facts['microbench']} on Python {facts['python']}")
+    mpi = found.get("mpi") or {}
+    print(f"microbench {found['microbench']} on Python {found['python']}")
     if "error" in mpi:
         print(f"MPI: not loadable ({mpi['error']})")
     else:
@@ -74,16 +74,16 @@ def main(args) -> int:
         print(f"  mpiexec for --np: {mpi.get('mpiexec')}")
         if mpi.get("warning"):
             print(f"  warning: {mpi['warning']}")
-    t = facts.get("torch")
+    t = found.get("torch")
     if t:
         backends = [b for b in ("gloo", "nccl", "mpi", "ucc") if t[b]]
         print(f"torch {t['version']}: backends {', '.join(backends) or 'none'}; CUDA devices {t['cuda_devices']}")
     else:
         print("torch: not installed (pip install torch ml_dtypes, or pip install -e '.[torch]' in a checkout, for --backend torch)")
-    c = facts["conditions"]
+    c = found["conditions"]
     print(f"THP: {c['thp']}, page size {c['page_size']} B, {c['cpus']} CPUs, "
           f"{buffers_fmt(c['mem_available_bytes'])} available")
-    print(f"launcher: {facts['launcher'] or 'none (use --np N, mpiexec, srun or torchrun)'}")
+    print(f"launcher: {found['launcher'] or 'none (use --np N, mpiexec, srun or torchrun)'}")
     return 0
 
 

@@ -21,7 +21,7 @@ from microbench.gate.spec import Spec, load_spec
 from microbench.gate.text import num, render
 from microbench.records.jsonout import dump_strict
 from microbench.results import keys
-from microbench.results import selection as select
+from microbench.results import selection
 from microbench.results.columns import RunInfo
 from microbench.results.load import load_table, mpi_library, time_span
 from microbench.results import metrics
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emit-reframe-references", nargs="?", const="*", metavar="SYSTEM[:PARTITION]",
                    help="print the spec as ReFrame references (JSON, for microbench.reframe tests) under "
                         "this ReFrame scope (default *) and judge nothing; see docs/reframe.md")
-    select.add_arguments(p)
+    selection.add_arguments(p)
 
 
 def main(args) -> int:
@@ -58,7 +58,7 @@ def main(args) -> int:
     if not args.results:
         raise UsageError("give the RESULTS to judge (JSONL files or directories)")
     if spec.rules:
-        table = load_table(args.results, stats=spec_stats(spec), selection=select.Selection.from_args(args))
+        table = load_table(args.results, stats=spec_stats(spec), selection=selection.Selection.from_args(args))
         runs = table.runs
         outcomes = evaluate(spec, table)
     else:  # replay rules only: no result records needed
@@ -81,7 +81,7 @@ def main(args) -> int:
                               "passed": len(outcomes) + len(replay_outcomes) - failed, "failed": failed}
         dump_strict(out)
     else:
-        lines = report_lines(spec, runs, outcomes, args.failures_only)
+        lines = text_lines(spec, runs, outcomes, args.failures_only)
         if replay_outcomes:
             total = lines.pop()  # the verdict line, recomputed with the replay rules
             assert total.startswith("# ")
@@ -112,7 +112,7 @@ def as_json(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], files:
     }
 
 
-def report_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], failures_only: bool = False
+def text_lines(spec: Spec, runs: list[RunInfo], outcomes: list[RuleOutcome], failures_only: bool = False
                  ) -> list[str]:
     libs = sorted({mpi_library(r) for r in runs})
     lines = [f"# microbench check: spec {printable(spec.path)}"

@@ -25,9 +25,9 @@ import numpy as np
 from microbench.errors import UsageError
 from microbench.gate import compare_power as power
 from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare, outcome, untested_remedy
-from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, final_word, geometric_means, report_lines
+from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, final_word, geometric_means, text_lines
 from microbench.records.jsonout import dump_strict
-from microbench.results import selection as select_runs
+from microbench.results import selection
 from microbench.results.columns import RunInfo, Table
 from microbench.results.load import benchmark_names, load_table, run_time
 from microbench.results.metrics import LATENCY_STATS, METRICS, check_stat, default_stat, higher_is_better
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also a table per benchmark: geometric mean of the ratios across sizes")
     p.add_argument("--changes-only", action="store_true", help="table: leave out rows whose verdict is ok")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of the table")
-    select_runs.add_arguments(p)
+    selection.add_arguments(p)
 
 
 def parse_threshold(text: str, option: str = "--threshold") -> float:
@@ -116,8 +116,8 @@ def main(args) -> int:
         raise UsageError(f"--lookback needs at least 3 days to measure their spread (got {args.lookback})")
     stat = check_stat(args.stat) if args.stat else default_stat(args.metric)
     keep, select = _selector(args)
-    baseline_table = load_table(args.baseline, "baseline", [stat], select_runs.Selection.from_args(args), keep)
-    new_table = load_table(args.new, "new", [stat], select_runs.Selection.from_args(args), keep)
+    baseline_table = load_table(args.baseline, "baseline", [stat], selection.Selection.from_args(args), keep)
+    new_table = load_table(args.new, "new", [stat], selection.Selection.from_args(args), keep)
     window = lookback_mask(baseline_table, new_table, args.lookback) if args.lookback else None
     result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, select,
                      by_day=bool(args.lookback), rho=args.run_correlation, baseline_rows=window,
@@ -132,7 +132,7 @@ def main(args) -> int:
     if args.json:
         dump_strict(as_json(result, baseline, new_table.runs, args, code))
     else:
-        print("\n".join(report_lines(result, baseline, new_table.runs, args, code)))
+        print("\n".join(text_lines(result, baseline, new_table.runs, args, code)))
     return code
 
 

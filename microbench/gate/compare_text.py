@@ -81,7 +81,7 @@ def header_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo]
     ]
 
 
-def report_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], args, code: int) -> list[str]:
+def text_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], args, code: int) -> list[str]:
     lines = header_lines(result, baseline, new, args.lookback)
     shared = {r.run_id for r in baseline if r.run_id} & {r.run_id for r in new if r.run_id}
     if shared:

@@ -23,7 +23,7 @@ from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.text import num, render
 from microbench.records.jsonout import dump_strict
 from microbench.results import keys
-from microbench.results import selection as select
+from microbench.results import selection
 from microbench.results.columns import RunInfo
 from microbench.results.load import benchmark_names, load_table, mpi_library, run_label, run_time
 from microbench.results.metrics import LATENCY_STATS, METRICS, UNITS, check_stat, default_stat, explain, label
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "series judged is at most 1 - C")
     p.add_argument("--fail-on-step", action="store_true",
                    help="exit 1 when a step for the worse starts at a run where no recorded condition changed")
-    select.add_arguments(p)
+    selection.add_arguments(p)
 
 
 def main(args) -> int:
@@ -61,7 +61,7 @@ def main(args) -> int:
     chosen = benchmark_names(args.benchmark)
     benchmarks = set(chosen) if chosen else None
     sizes = parse_sizes(args.sizes)
-    table = load_table(args.results, stats=[stat], selection=select.Selection.from_args(args),
+    table = load_table(args.results, stats=[stat], selection=selection.Selection.from_args(args),
                        keep=lambda key: benchmarks is None or key.benchmark in benchmarks)
     hist = history.build(table, sizes, args.metric, stat, args.lookback)
     if not hist.columns:
@@ -80,7 +80,7 @@ def main(args) -> int:
     if args.json:
         dump_strict(as_json(hist, args, code))
     else:
-        print("\n".join(report_lines(hist) + step_lines(hist, args, code)))
+        print("\n".join(text_lines(hist) + step_lines(hist, args, code)))
     if args.figure:
         path = draw_figure(hist, args.figure)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
@@ -130,7 +130,7 @@ def rate_rule(hist: history.History) -> str:
             f"(Bonferroni: each series {hist.alpha * 100:g} %/{hist.family}, shared by its split points)")
 
 
-def report_lines(hist: history.History) -> list[str]:
+def text_lines(hist: history.History) -> list[str]:
     used = hist.used_runs()
     lines = [f"# microbench history: {len(used)} run(s); each cell: {label(hist.metric, hist.stat)} of that run",
              f"# {explain(hist.metric, hist.stat)}"]

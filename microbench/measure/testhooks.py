@@ -97,7 +97,7 @@ class FaultHooks:
     """The hooks of this run, read once from the environment."""
 
     targets: Mapping[str, Target]
-    slot_report: str | None = None
+    slot_log: str | None = None
     slow_rank: tuple[int, float] | None = None  #: (rank, delay in seconds) of MICROBENCH_TEST_SLOW_RANK
 
     @classmethod
@@ -141,10 +141,10 @@ class FaultHooks:
             return loop
         return SlowedLoop(loop, self.slow_rank[1])
 
-    def report_slots(self, record: dict) -> None:
+    def log_slots(self, record: dict) -> None:
         """Append one size's slot usage to ``PATH.RANK`` (``MICROBENCH_TEST_SLOT_REPORT``)."""
-        if self.slot_report:
-            with open(f"{self.slot_report}.{record['rank']}", "a") as f:
+        if self.slot_log:
+            with open(f"{self.slot_log}.{record['rank']}", "a") as f:
                 f.write(json.dumps(record) + "\n")
 
 

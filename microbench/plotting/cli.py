@@ -26,7 +26,7 @@ from microbench.errors import UsageError, printable
 from microbench.output_files import inside
 from microbench.plotting.heatmap import heatmap, safe_name
 from microbench.plotting.parallel import draw_all
-from microbench.results import selection as select
+from microbench.results import selection
 from microbench.results.metrics import LATENCY_STATS
 
 #: heatmap(matrix, labels, title, unit, path, outliers) draws an N x N matrix (e.g. pairwise link
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "5 runs of a benchmark, merged past that")
     p.add_argument("--bw", choices=("busbw", "algbw"), default="busbw", help="bandwidth panel (default busbw)")
     p.add_argument("--svg", action="store_true", help="also write SVG beside each PNG")
-    select.add_arguments(p)
+    selection.add_arguments(p)
 
 
 def main(args) -> int:
@@ -60,7 +60,7 @@ def main(args) -> int:
 
     wanted = benchmark_names(args.benchmark)
     table = load_table(args.results, stats=curves.band_stats(args.stat, args.band),
-                       selection=select.Selection.from_args(args))
+                       selection=selection.Selection.from_args(args))
     found = Counter(table.benchmarks().tolist())
     for name, count in sorted(found.items(), key=lambda kv: str(kv[0])):
         if name not in COLLECTIVES and name != PAIRS:

@@ -182,7 +182,7 @@ def _open_checked(f: ResultsFile, limit: int) -> int:
     elif (st.st_dev, st.st_ino) != (f.device, f.inode):
         problem = "replaced while it was being read; read it again"
     elif st.st_size > limit:
-        problem = (f"{st.st_size} bytes, more than a results file may hold ({limit} bytes; "
+        problem = (f"{st.st_size} bytes: larger than a results file may be ({limit} bytes; "
                    "MICROBENCH_MAX_FILE_BYTES sets it)")
     if problem:
         os.close(fd)

@@ -28,6 +28,9 @@ SCHEMA_VERSION = 1
 #: The shortest time any timer microbench uses can tell from zero (us): perf_counter_ns, MPI_Wtime and CUDA
 #: events all count in nanoseconds or coarser. A latency below it is not a measurement.
 CLOCK_FLOOR_US = 1e-3
+#: The longest a measured call can take (us): about 116 days, longer than any batch job may run (a hung call is
+#: ended by the watchdog or the job's limit long before). A duration above it is not a measurement.
+MAX_DURATION_US = 1e13
 MAX_COUNT = 2 ** 62  #: the largest size, count or rank number a record may hold (int64 columns)
 #: The fastest a bus bandwidth or algorithm bandwidth can be (GB/s): a petabyte per second, about 500 times the
 #: fastest per-GPU link of 2026. A record above it is refused; below it, a figure must agree with its size and time.
@@ -46,8 +49,9 @@ Bytes = Annotated[int, Meta(ge=0, le=MAX_COUNT, description="bytes")]
 Count = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
 Positive = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
 Seconds = Annotated[float, Meta(ge=0, description="seconds")]
-Micros = Annotated[float, Meta(ge=0, description="microseconds")]
-Latency = Annotated[float, Meta(ge=CLOCK_FLOOR_US, description="microseconds, at least the clock floor (1 ns)")]
+Micros = Annotated[float, Meta(ge=0, le=MAX_DURATION_US, description="microseconds")]
+Latency = Annotated[float, Meta(ge=CLOCK_FLOOR_US, le=MAX_DURATION_US,
+                                description="microseconds, from the clock floor (1 ns) to about 116 days")]
 Bandwidth = Annotated[float, Meta(ge=0, le=MAX_BANDWIDTH_GBPS, description="GB/s (1 GB = 1e9 B)")]
 Percent = Annotated[float, Meta(ge=0, le=100, description="per cent")]
 Share = Annotated[float, Meta(ge=0, le=1, description="a fraction from 0 to 1")]
@@ -430,7 +434,7 @@ class ResultRecord(Record, tag="result", kw_only=True):
     labels: list[str] | UnsetType = UNSET
     participant_ranks: list[Count] | UnsetType = UNSET
     matrix_unit: Literal["us", "GB/s"] | UnsetType = UNSET
-    matrix: list[list[Optional[Annotated[float, Meta(ge=0)]]]] | UnsetType = UNSET
+    matrix: list[list[Optional[Annotated[float, Meta(ge=0, le=MAX_DURATION_US)]]]] | UnsetType = UNSET
     schedule: Literal["round-robin", "serial"] | UnsetType = UNSET
     rounds: Count | UnsetType = UNSET
     outliers: list[PairOutlier] | UnsetType = UNSET

@@ -13,7 +13,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from microbench.records.model import (LATENCY_STATS, REL_TOL, LatencyStats, ModelError, Record, ResultRecord)
+from microbench.records.model import (CLOCK_FLOOR_US, LATENCY_STATS, MAX_BANDWIDTH_GBPS, REL_TOL, LatencyStats,
+                                      ModelError, Record, ResultRecord)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,12 @@ def pairs_problems(rec: Any) -> str | None:
         return f"participant_ranks: {len(participants)} ranks for {n} labels"
     if any(matrix[i][i] is not None for i in range(n)):
         return "matrix: a value on the diagonal (a participant's link to itself)"
+    unit = getattr(rec, "matrix_unit", UNSET)
+    cells = [v for row in matrix for v in row if v is not None]
+    if unit == "GB/s" and any(v > MAX_BANDWIDTH_GBPS for v in cells):
+        return f"matrix: a bandwidth above {MAX_BANDWIDTH_GBPS:g} GB/s"
+    if unit == "us" and any(v < CLOCK_FLOOR_US for v in cells):
+        return f"matrix: a latency below the clock floor ({CLOCK_FLOOR_US} us)"
     ranks = getattr(rec, "ranks", UNSET)
     if ranks is not UNSET and n > ranks:
         return f"labels: {n} participants in a run of {ranks} ranks"

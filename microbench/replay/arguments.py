@@ -83,6 +83,25 @@ def schedule(args, chosen: Workload | None, ranks: int) -> tuple[list[Call], lis
     return replayed, [*notes, *trace.notes], Layout(dp=ranks)
 
 
+#: the share of this host's available memory the ranks' pools may take (the rest: MPI, torch, the OS)
+MEMORY_HEADROOM = 0.8
+
+
+def check_memory(schedule: list[Call], local_ranks: int) -> None:
+    """Refuse a replay whose buffer pools cannot fit in this host's available memory, before any rank starts:
+    each rank's pool holds at most its largest call's send data and the data a group of every rank receives."""
+    from microbench.cluster.facts import mem_available_bytes
+    from microbench.units import format_bytes
+
+    largest = max((c.bytes for c in schedule), default=0)
+    need = largest * (1 + local_ranks) * local_ranks
+    available = mem_available_bytes()
+    if available is not None and need > available * MEMORY_HEADROOM:
+        raise UsageError(f"the replay's largest call ({format_bytes(largest)}) needs up to {format_bytes(need)} of "
+                       f"buffer memory on this host ({local_ranks} ranks) but {format_bytes(available)} is available; "
+                       "replay fewer layers (--layers) or a smaller trace")
+
+
 def curves(args, layout: Layout):
     """The pricer on ``--results`` curves and its notes (None when the same launch prices the calls)."""
     if not args.results:

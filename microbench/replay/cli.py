@@ -103,7 +103,9 @@ def _check_before_ranks(args) -> None:
     """What the ``--np`` parent refuses before a rank exists: the workload, the layout on N ranks, the
     ``--results`` curves, the backend, and what a torch rank on this host would refuse."""
     workload = arguments.workload(args)
-    arguments.curves(args, arguments.schedule(args, workload, args.np)[2])
+    schedule, _, layout = arguments.schedule(args, workload, args.np)
+    arguments.curves(args, layout)
+    arguments.check_memory(schedule, args.np)
     if arguments.backend(args, None) == "torch":
         arguments.check_torch_here(args)
 

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from microbench.errors import UsageError
 from microbench.records import Run
-from microbench.records.reader import read_run as read_run_records
+from microbench.records import reader
 from microbench.results.columns import RunInfo, Table
 from microbench.results.load import load_table, run_time, unique_labels
 from microbench.results.metrics import LATENCY_STATS
@@ -81,7 +81,7 @@ def read_run(table: Table, run: int) -> Run:
     if not info.run_id:
         return fallback
     try:
-        found = read_run_records(info.source, info.run_id)
+        found = reader.read_run(info.source, info.run_id)
     except (OSError, UsageError):  # a file gone or changed since: the table's view stands
         return fallback
     if found is None:

@@ -21,6 +21,7 @@ import os
 
 from microbench.benchmarks.dtypes import DTYPES, OPS
 from microbench.cluster import launch
+from microbench.errors import UsageError
 from microbench.measure.buffers import HUGE_PAGE_POLICIES
 
 

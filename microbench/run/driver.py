@@ -14,7 +14,7 @@ import uuid
 
 from microbench.benchmarks.table import COLLECTIVES, Collective
 from microbench.cluster import agree, launch
-from microbench.cluster import facts as metadata
+from microbench.cluster import facts
 from microbench.cluster.nodes import NodePlane
 from microbench.cluster.world import World, gather_layout, init_world
 from microbench.errors import RunError, UsageError
@@ -24,28 +24,28 @@ from microbench.measure.transport import Transport, open_transport, select_devic
 from microbench.options import RunOptions
 from microbench.records import Output, build
 from microbench.run import preflight, sweep, terminal
-from microbench.run import watchdog as faults
+from microbench.run import watchdog
 from microbench.run.context import RunContext
 from microbench.run.diagnostics import bisection, pairs, soak
-from microbench.run.terminal import Progress, Table
+from microbench.run.terminal import Progress, TerminalTable
 
 
 def run(args, argv: list[str]) -> int:
     """``microbench run`` on every rank; returns the exit status."""
     info = launch.discover()
     opts, hooks, error = read_options(args, warn=info.rank == 0)
-    state = faults.RunState(info.rank)
-    faults.SignalGuard(state, getattr(args, "out", None))
+    state = watchdog.RunState(info.rank)
+    watchdog.SignalGuard(state, getattr(args, "out", None))
     selected, error = _select_device(opts, error)  # before MPI_Init: CUDA-aware MPIs pick NICs near the GPU
     world = init_world()
-    watchdog = faults.Watchdog(state, opts.timeout if opts else 0, abort=world.abort)
-    watchdog.arm("setup (MPI, agreement, loop build)")
+    guard = watchdog.Watchdog(state, opts.timeout if opts else 0, abort=world.abort)
+    guard.arm("setup (MPI, agreement, loop build)")
     if error is None and args.np is not None and args.np != world.nranks:
         error = UsageError(f"--np {args.np} but the launcher started {world.nranks} ranks")
     agree.raise_if_any(world.reducer, error)
     agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
 
-    rc = set_up(world, opts, hooks, watchdog, selected)
+    rc = set_up(world, opts, hooks, guard, selected)
     pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
     bisect_plan = bisection.plan(rc.nodes.nodes, opts) if opts.bisect else None
     cycles = soak.Soak(rc)
@@ -59,10 +59,10 @@ def run(args, argv: list[str]) -> int:
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"
-        faults.leave_failure_note(opts.out, world.rank, reason)
+        watchdog.leave_failure_note(opts.out, world.rank, reason)
         raise
     finally:
-        watchdog.disarm()
+        guard.disarm()
         state.close(status, reason)
     world.close()
     if failed and world.rank == 0:
@@ -89,15 +89,15 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[int]:
     return sweep.run_benchmark(rc, coll)
 
 
-def set_up(world: World, opts: RunOptions, hooks: FaultHooks, watchdog: faults.Watchdog,
+def set_up(world: World, opts: RunOptions, hooks: FaultHooks, guard: watchdog.Watchdog,
            selected: tuple[DeviceChoice, int | None] | None = None) -> RunContext:
     """Collective: transport (with its timed loop) -> hosts -> preflight; the run's context (records not opened).
 
     ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
     transport = open_transport(world, opts, selected or select_device(opts))
-    layout = gather_layout(world.reducer, metadata.versions(), _mpi_first_line(transport))
+    layout = gather_layout(world.reducer, facts.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)
-    return RunContext(opts, world, layout, transport, hooks, watchdog,
+    return RunContext(opts, world, layout, transport, hooks, guard,
                       run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
                       nodes=NodePlane.build(world.reducer, layout.hosts_by_rank))
 
@@ -128,14 +128,14 @@ def _mpi_first_line(transport: Transport) -> str:
     return lib.version_string.splitlines()[0] if lib and lib.version_string else ""
 
 
-def _open_records(rc: RunContext, state: faults.RunState, argv: list[str], pairs_plan, cycles: soak.Soak) -> None:
+def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pairs_plan, cycles: soak.Soak) -> None:
     """Rank 0: the progress bar, the one writer, the run record, and the notes and warnings it carries."""
     from microbench.cluster.mpi_runtime import shadow_warning
 
     o = rc.opts
     total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(pairs_plan.schedule) if pairs_plan else 0)
     rc.progress = Progress(total * (o.cycles or 1))
-    rc.out = Output(o.out, o.csv, Table(progress=rc.progress), samples_path=o.samples)
+    rc.out = Output(o.out, o.csv, TerminalTable(progress=rc.progress), samples_path=o.samples)
     state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
     rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport))
     if rc.transport.notice:

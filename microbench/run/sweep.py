@@ -144,10 +144,10 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
     if first_call and rc.opts.first_call_samples > 1:
         first_extra = engine.time_fresh_calls(rc.opts.first_call_samples - 1, lambda: _fresh_call(rc, job), loop,
                                               backend.barrier(), coll.per_iteration(job.ctx.window))
-    if rc.hooks.slot_report:
+    if rc.hooks.slot_log:
         for k in range(len(pool.slots)):
             pool.pull(k)
-        rc.hooks.report_slots({"rank": rc.rank, "benchmark": coll.name, "size_bytes": plan.size_bytes,
+        rc.hooks.log_slots({"rank": rc.rank, "benchmark": coll.name, "size_bytes": plan.size_bytes,
                                "cache": mode, "slots": len(pool.slots),
                                "uses": (1 if first_call else 0) + m.warmup + m.iterations,
                                "touched": touched_slots(pool.slots, POISON)})

@@ -140,7 +140,7 @@ class Progress:
             self._bar = None
 
 
-class Table:
+class TerminalTable:
     """Prints what the records writer hands it; the stream is stdout unless told otherwise."""
 
     def __init__(self, stream: TextIO | None = None, progress: Progress | None = None):

@@ -18,7 +18,7 @@ from fractions import Fraction
 from microbench.benchmarks.workload_sizes import MAPPING_RULE
 from microbench.errors import UsageError, printable
 from microbench.records.jsonout import dump_strict
-from microbench.workload import tables as report
+from microbench.workload import tables
 from microbench.workload.compute import RULE as COMPUTE_RULE
 from microbench.workload.compute import compute_vs_communication, per_device_communication_us
 from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload, parallel_dimension
@@ -166,15 +166,15 @@ def _distribution_json(dist) -> dict:
         "scheme": w.scheme, "parallel": {"dp": w.dp, "tp": w.tp, "pp": w.pp},
         "micro_batch": w.micro_batch, "microbatches": w.microbatches, "dtype": w.dtype,
         "params": w.params,
-        "volume": {"elements": report.number(dist.volume_elements), "bytes": report.number(dist.volume_bytes),
+        "volume": {"elements": tables.number(dist.volume_elements), "bytes": tables.number(dist.volume_bytes),
                    "equation": dist.equation},
         "messages": [m.as_json() for m in dist.messages],
-        "check": {"message_bytes": report.number(check["message_bytes"]),
-                  "equation_bytes": report.number(check["equation_bytes"]),
-                  "departures": [{"reason": d["reason"], "bytes": report.number(d["bytes"])}
+        "check": {"message_bytes": tables.number(check["message_bytes"]),
+                  "equation_bytes": tables.number(check["equation_bytes"]),
+                  "departures": [{"reason": d["reason"], "bytes": tables.number(d["bytes"])}
                                  for d in check["departures"]],
-                  "excluded_phases": {k: report.number(v) for k, v in check["excluded_phases"].items()},
-                  "residual_bytes": report.number(check["residual_bytes"])},
+                  "excluded_phases": {k: tables.number(v) for k, v in check["excluded_phases"].items()},
+                  "residual_bytes": tables.number(check["residual_bytes"])},
         "assumptions": dist.assumptions,
     }
 
@@ -192,8 +192,8 @@ def _sweep(args, model: Model) -> int:
                 dim = parallel_dimension(m, dist.workload.scheme)
                 by_dimension[dim] = by_dimension.get(dim, 0) + wire
         points.append({**_distribution_json(dist), "seq": s,
-                       "by_collective": {k: report.number(v) for k, v in by_collective.items()},
-                       "by_dimension": {k: report.number(v) for k, v in by_dimension.items()}})
+                       "by_collective": {k: tables.number(v) for k, v in by_collective.items()},
+                       "by_dimension": {k: tables.number(v) for k, v in by_dimension.items()}})
     if args.json:
         dump_strict({"sweep": points})
     else:
@@ -201,7 +201,7 @@ def _sweep(args, model: Model) -> int:
         head = [f"# workload: {model.name or 'custom model'} (L={model.layers}, h={model.hidden}, a={model.heads}, "
                 f"V={model.vocab}), scheme {w.scheme}: d={w.dp} t={w.tp} p={w.pp}, micro-batch {w.micro_batch}, "
                 f"{w.microbatches} microbatch(es), {w.dtype}"]
-        print("\n".join(head + report.sweep_lines(points) + report.assumption_lines(points[-1]["assumptions"])))
+        print("\n".join(head + tables.sweep_lines(points) + tables.assumption_lines(points[-1]["assumptions"])))
     return 0
 
 
@@ -213,13 +213,13 @@ def _from_trace(args, model: Model | None):
                    f"divided by --trace-iterations ({args.trace_iterations})", WIRE_RULES, *trace.notes]
     out = {"trace": trace.summary(), "messages": [m.as_json() for m in messages]}
     workload = _workload(args, model) if model else None
-    return messages, workload, assumptions, out, report.trace_lines(trace, messages, args.trace_iterations)
+    return messages, workload, assumptions, out, tables.trace_lines(trace, messages, args.trace_iterations)
 
 
 def _from_model(args, model: Model):
     """The modelled distribution's messages, its JSON and table, and its assumptions."""
     dist = build(_workload(args, model))
-    return dist.messages, dist.workload, dist.assumptions, _distribution_json(dist), report.distribution_lines(dist)
+    return dist.messages, dist.workload, dist.assumptions, _distribution_json(dist), tables.distribution_lines(dist)
 
 
 def _cost(args, messages, workload: Workload | None, assumptions: list[str], out: dict, lines: list[str]) -> None:
@@ -239,11 +239,11 @@ def _cost(args, messages, workload: Workload | None, assumptions: list[str], out
         assumptions.append(OVERLAP_METHOD)
     out["weighting"] = weighting
     assumptions += [MAPPING_RULE, weighting["method"]]
-    lines += report.weighting_lines(weighting, ", ".join(args.results))
+    lines += tables.weighting_lines(weighting, ", ".join(args.results))
     if args.tflops:
         out["compute"] = _compute(args, weighting, workload)
         assumptions.append(COMPUTE_RULE)
-        lines += report.compute_lines(out["compute"])
+        lines += tables.compute_lines(out["compute"])
     if args.figure:
         from microbench.workload.figure import plot_weighting
 
@@ -280,5 +280,5 @@ def main(args) -> int:
     if args.json:
         dump_strict(out)
     else:
-        print("\n".join(printable(line) for line in lines + report.assumption_lines(assumptions)))  # a line each
+        print("\n".join(printable(line) for line in lines + tables.assumption_lines(assumptions)))  # a line each
     return 0

@@ -7,7 +7,7 @@ from fractions import Fraction
 from microbench.units import format_bytes
 from microbench.workload.distribution import Distribution
 from microbench.workload.messages import Message, total_wire, wire_bytes
-from microbench.workload.traces import TraceReport
+from microbench.workload.traces import TraceTally
 
 
 def number(x):
@@ -66,9 +66,9 @@ def _rank_list(per_rank: dict, shown: int = 6) -> str:
     return listed + (f", ... ({len(names) - shown} more)" if len(names) > shown else "")
 
 
-def trace_lines(report: TraceReport, messages: list[Message], iterations: int) -> list[str]:
+def trace_lines(tally: TraceTally, messages: list[Message], iterations: int) -> list[str]:
     """What the trace held: ranks and their call counts, and every call not in the table, with the reason."""
-    s = report.summary()
+    s = tally.summary()
     spread = s["calls_per_rank"]
     lines = [
         f"# trace {s['file']} read as {s['format']}: {s['entries']} {s['entries_are']}, {s['calls']} collective "

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
-from microbench.cluster import facts as metadata
+from microbench.cluster import facts
 from microbench.records import build
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,7 +50,7 @@ class Soak:
             first_result = len(self.rc.out.results) if self.rc.out is not None else 0
             failed += [f"cycle {number}: {what}" for what in body(cycle_rc)]
             if self.rc.out is not None:
-                record = build.cycle_record(self.rc.run_id, cycle_rc.cycle, metadata.utc_now(),
+                record = build.cycle_record(self.rc.run_id, cycle_rc.cycle, facts.utc_now(),
                                             round(time.monotonic() - began, 3), cycle_rc.opts.check,
                                             self.rc.out.results[first_result:])
                 with self.rc.out.lock:  # the summary a signal writes sees this cycle in both or in neither
@@ -65,7 +65,7 @@ class Soak:
         o = self.rc.opts
         check = o.check if o.check_every is None else number % o.check_every == 0
         return replace(self.rc, opts=replace(o, check=check), hooks=self.rc.hooks.for_cycle(number),
-                       cycle={"number": number, "started_utc": metadata.utc_now()})
+                       cycle={"number": number, "started_utc": facts.utc_now()})
 
     def _another(self, number: int, start: float) -> bool:
         """Collective: rank 0's decision whether another cycle starts."""

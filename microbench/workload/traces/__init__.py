@@ -10,7 +10,7 @@ Formats (docs/workload-traces.md lists the versions each handles and how they we
 - ``param``: PARAM's basic comms trace (param.py)
 
 Every reader streams its file (plain or gzip) and tallies calls per rank, collective, size and group
-(report.py); bytes are message sizes as microbench defines them (messages.py).
+(tally.py); bytes are message sizes as microbench defines them (messages.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from microbench.workload.traces.nccl_log import RECORD, read_nccl_log
 from microbench.workload.traces.nccl_profiler import read_nccl_profiler
 from microbench.workload.traces.param import read_param
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 
 READERS = {"nccl": read_nccl_log, "nccl-profiler": read_nccl_profiler, "deepspeed": read_deepspeed,
            "kineto": read_kineto, "execution-trace": read_execution_trace, "param": read_param}
@@ -38,7 +38,7 @@ NO_GROUP_FORMATS = ("deepspeed", "nccl-profiler")
 _PROFILER_CAT = re.compile(rb'"cat": "(?:GROUP|COLL|P2P|PROXY|NET|GROUP_API|COLL_API|P2P_API|KERNEL_LAUNCH)"')
 _DEEPSPEED = re.compile(rb"Comm\. Op\s+Message Size|comm op: \w+")
 
-__all__ = ["FORMATS", "TraceReport", "detect_format", "read_trace", "read_traces"]
+__all__ = ["FORMATS", "TraceTally", "detect_format", "read_trace", "read_traces"]
 
 
 def detect_format(head: bytes) -> str | None:
@@ -92,7 +92,7 @@ def _open(path: str, fmt: str | None, partial: bool) -> tuple[TraceSource, str]:
 
 
 def read_trace(path: str, fmt: str | None = None, group_size: int | None = None,
-               partial: bool = False) -> TraceReport:
+               partial: bool = False) -> TraceTally:
     """Read one trace (format detected when not given); UsageError when it holds no call to price.
 
     ``group_size`` states the group of calls whose format records none; ``partial`` reads a truncated file
@@ -100,28 +100,28 @@ def read_trace(path: str, fmt: str | None = None, group_size: int | None = None,
     """
     source, fmt = _open(path, fmt, partial)
     with source:
-        report = TraceReport(path, fmt)
-        READERS[fmt](source, report, group_size)
+        tally = TraceTally(path, fmt)
+        READERS[fmt](source, tally, group_size)
         if source.truncated:
-            report.note(f"the gzip data ends after {source.text_bytes} bytes of text: counted what came before "
+            tally.note(f"the gzip data ends after {source.text_bytes} bytes of text: counted what came before "
                         "(--trace-partial)")
     if group_size and fmt not in NO_GROUP_FORMATS:
-        report.note("--trace-group-size is used only for calls whose trace records no group size")
-    if not report.calls:
-        unattributed = sum(report.unattributed.values())
-        uncurved = ", ".join(f"{name} {n}" for name, n in sorted(report.uncurved.items()))
-        raise UsageError(f"no collective calls found in {path} read as {fmt} ({report.unreadable} unreadable of "
-                         f"{report.entries} {report.unit}" + (f", {unattributed} unattributed" if unattributed else "")
+        tally.note("--trace-group-size is used only for calls whose trace records no group size")
+    if not tally.calls:
+        unattributed = sum(tally.unattributed.values())
+        uncurved = ", ".join(f"{name} {n}" for name, n in sorted(tally.uncurved.items()))
+        raise UsageError(f"no collective calls found in {path} read as {fmt} ({tally.unreadable} unreadable of "
+                         f"{tally.entries} {tally.unit}" + (f", {unattributed} unattributed" if unattributed else "")
                          + (f", uncurved: {uncurved}" if uncurved else "")
-                         + "".join(f", {n} {why}" for why, n in sorted(report.skipped.items()) if n > 0) + ")")
-    return report
+                         + "".join(f", {n} {why}" for why, n in sorted(tally.skipped.items()) if n > 0) + ")")
+    return tally
 
 
 def read_traces(paths: list[str], fmt: str | None = None, group_size: int | None = None,
-                partial: bool = False) -> TraceReport:
+                partial: bool = False) -> TraceTally:
     """Several traces (one per rank, or a job's logs) as one: ranks of the same name are the same rank."""
-    reports = [read_trace(path, fmt, group_size, partial) for path in paths]
-    combined = reports[0]
-    for other in reports[1:]:
+    tallies = [read_trace(path, fmt, group_size, partial) for path in paths]
+    combined = tallies[0]
+    for other in tallies[1:]:
         combined.absorb(other)
     return combined

@@ -21,7 +21,7 @@ from collections import Counter
 from microbench.workload.traces.launchers import strip_launcher
 from microbench.workload.traces.names import DEEPSPEED_NO_DATA, DEEPSPEED_OPS, NO_DATA, UNCURVED, letters
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 
 _UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 _ROW = re.compile(r"\s+(?P<size>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]?B)\s+(?P<count>\d+)\s+\d")
@@ -39,8 +39,8 @@ def _bytes(size: str, unit: str) -> int:
 class _Reader:
     """Line-by-line state: which table we are in, the last summary table, the verbose calls."""
 
-    def __init__(self, report: TraceReport):
-        self.report = report
+    def __init__(self, tally: TraceTally):
+        self.tally = tally
         self.mode: str | None = None  # "summary", "straggler" or None (outside a table)
         self.op: str | None = None
         self.summary: list[tuple[str, int, int]] = []
@@ -65,57 +65,57 @@ class _Reader:
         stripped = line.strip()
         if self.mode is None or not stripped or set(stripped) <= set("_-"):
             if stripped and self.mode is None:
-                self.report.skipped[_NOT_LOGGER] += 1
+                self.tally.skipped[_NOT_LOGGER] += 1
         elif line[:1].isspace():  # a row of the table
             row = _ROW.match(line)
             if self.mode == "straggler":
-                self.report.skipped["straggler breakdown row (repeats the summary)"] += 1
+                self.tally.skipped["straggler breakdown row (repeats the summary)"] += 1
             elif row and self.op is not None:
                 self.summary.append((self.op, _bytes(row["size"], row["unit"]), int(row["count"])))
             else:
-                self.report.unreadable += 1
+                self.tally.unreadable += 1
         elif name := _OP.match(line):
             self.op = name["name"]
         else:  # the table has ended
             self.mode = None
-            self.report.skipped[_NOT_LOGGER] += 1
+            self.tally.skipped[_NOT_LOGGER] += 1
 
     def finish(self, group: int | None) -> None:
-        report = self.report
+        tally = self.tally
         if self.summary:
             for name, nbytes, count in self.summary:
-                _add(report, "rank 0", name, nbytes, group, count)
+                _add(tally, "rank 0", name, nbytes, group, count)
             if self.verbose:
-                report.skipped["verbose line (the summary table counts it)"] += sum(self.verbose.values())
-            report.note("counts come from the last log_summary table (rank 0's cumulative counts)")
+                tally.skipped["verbose line (the summary table counts it)"] += sum(self.verbose.values())
+            tally.note("counts come from the last log_summary table (rank 0's cumulative counts)")
         else:
             for (rank, name, nbytes), count in self.verbose.items():
-                _add(report, rank, name, nbytes, group, count)
-        report.note("DeepSpeed prints sizes rounded to 2 decimals in binary units: bytes are approximate")
+                _add(tally, rank, name, nbytes, group, count)
+        tally.note("DeepSpeed prints sizes rounded to 2 decimals in binary units: bytes are approximate")
 
 
-def _add(report: TraceReport, rank: str, name: str, nbytes: int, group: int | None, count: int) -> None:
+def _add(tally: TraceTally, rank: str, name: str, nbytes: int, group: int | None, count: int) -> None:
     """One DeepSpeed op; all_to_all sizes are whole input buffers and need the group size."""
     if name in DEEPSPEED_NO_DATA:
-        report.skipped[NO_DATA] += count
+        tally.skipped[NO_DATA] += count
         return
     collective = DEEPSPEED_OPS.get(name)
     if collective is None:
-        report.uncurved[UNCURVED.get(letters(name), name)] += count
+        tally.uncurved[UNCURVED.get(letters(name), name)] += count
         return
     if collective == "alltoall":
         if not group:
-            report.skipped["all_to_all without --trace-group-size (its size is the whole buffer)"] += count
+            tally.skipped["all_to_all without --trace-group-size (its size is the whole buffer)"] += count
             return
         nbytes //= group
-    report.add(rank, collective, nbytes, group, count)
+    tally.add(rank, collective, nbytes, group, count)
 
 
-def read_deepspeed(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
-    reader = _Reader(report)
-    for block in source.blocks(report.skipped):
+def read_deepspeed(source: TraceSource, tally: TraceTally, group: int | None = None) -> None:
+    reader = _Reader(tally)
+    for block in source.blocks(tally.skipped):
         lines = block.decode("utf-8", errors="replace").splitlines()
-        report.entries += len(lines)
+        tally.entries += len(lines)
         for line in lines:
             reader.line(line)
     reader.finish(group)

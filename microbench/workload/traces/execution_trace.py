@@ -23,7 +23,7 @@ from pathlib import Path
 
 from microbench.workload.traces.jsonread import elements, freeze, thaw, top_level_value
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 from microbench.workload.traces.torch_calls import (
     ANNOTATION,
     add_annotation_call,
@@ -47,16 +47,16 @@ def _inputs(node: dict) -> tuple:
     return freeze(inputs.get("shapes")), freeze(inputs.get("types"))
 
 
-def read_execution_trace(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
-    report.unit = "nodes"
+def read_execution_trace(source: TraceSource, tally: TraceTally, group: int | None = None) -> None:
+    tally.unit = "nodes"
     comms: Counter = Counter()  # (name, elements, dtype, group) -> nodes
     annotations: Counter = Counter()  # (op, shapes, types) -> nodes
     symmetric: Counter = Counter()
-    for node in elements(source, "nodes.item", report.notes):
-        report.entries += 1
+    for node in elements(source, "nodes.item", tally.notes):
+        tally.entries += 1
         name = node.get("name") if isinstance(node, dict) else None
         if not isinstance(name, str):
-            report.unreadable += 1
+            tally.unreadable += 1
             continue
         attrs = _attrs(node) if name == "record_param_comms" else {}
         if "collective_name" in attrs:
@@ -66,19 +66,19 @@ def read_execution_trace(source: TraceSource, report: TraceReport, group: int | 
         elif name.startswith("symm_mem::"):
             symmetric[(name,) + _inputs(node)] += 1
         else:
-            report.skipped["not a collective node"] += 1
+            tally.skipped["not a collective node"] += 1
     pid = top_level_value(source, "pid")
     rank = f"pid {pid}" if isinstance(pid, int) else f"the process of {Path(source.path).name}"
     for (name, elems, dtype, group_size), n in comms.items():
-        add_metadata_call(report, rank, name, elems, dtype, group if group_size is None else group_size, n)
+        add_metadata_call(tally, rank, name, elems, dtype, group if group_size is None else group_size, n)
     if comms and annotations:
-        report.skipped["ProcessGroup annotation (its record_param_comms node is counted)"] += sum(annotations.values())
+        tally.skipped["ProcessGroup annotation (its record_param_comms node is counted)"] += sum(annotations.values())
     elif annotations:
         for (op, shapes, types), n in annotations.items():
-            add_annotation_call(report, rank, op, thaw(shapes), thaw(types), group, n)
-        report.note("no record_param_comms node carries collective attributes (PyTorch before 2.4): calls are the "
+            add_annotation_call(tally, rank, op, thaw(shapes), thaw(types), group, n)
+        tally.note("no record_param_comms node carries collective attributes (PyTorch before 2.4): calls are the "
                     "nccl:* annotation nodes, sized by their input shapes and types; they record no group size")
     for (name, shapes, types), n in symmetric.items():
-        add_symmetric_call(report, rank, name, thaw(shapes), thaw(types), group, n)
+        add_symmetric_call(tally, rank, name, thaw(shapes), thaw(types), group, n)
     schema = top_level_value(source, "schema")
-    report.note(f"execution trace schema {schema!r}" if isinstance(schema, str) else "execution trace without a schema")
+    tally.note(f"execution trace schema {schema!r}" if isinstance(schema, str) else "execution trace without a schema")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from microbench.workload.traces.jsonread import elements, freeze, thaw, top_level_value
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 from microbench.workload.traces.torch_calls import (
     ANNOTATION,
     SYMMETRIC_KERNEL,
@@ -36,8 +36,8 @@ from microbench.workload.traces.torch_calls import (
 class _Tally:
     """The trace's collective events by kind, tallied by what sizes them."""
 
-    def __init__(self, report: TraceReport):
-        self.report = report
+    def __init__(self, tally: TraceTally):
+        self.tally = tally
         self.metadata = {"cpu": Counter(), "gpu": Counter()}  # (name, elements, dtype, group) -> events
         self.annotations: Counter = Counter()  # (op, shapes, types) -> events
         self.symmetric: Counter = Counter()  # (name, shapes, types) -> events
@@ -46,7 +46,7 @@ class _Tally:
 
     def event(self, event) -> None:
         if not isinstance(event, dict):
-            self.report.unreadable += 1
+            self.tally.unreadable += 1
             return
         name, cat, args = event.get("name"), event.get("cat"), event.get("args")
         args = args if isinstance(args, dict) else {}
@@ -57,7 +57,7 @@ class _Tally:
             key = (args["Collective name"], elems, args.get("dtype"), args.get("Group size"))
             self.metadata["gpu" if cat == "kernel" else "cpu"][tuple(map(freeze, key))] += 1
         elif not isinstance(name, str) or cat in ("gpu_user_annotation", "gpu_op"):
-            self.report.skipped["not a collective event"] += 1
+            self.tally.skipped["not a collective event"] += 1
         elif (match := ANNOTATION.match(name)) and cat != "kernel":
             self.annotations[(match[1], freeze(args.get("Input Dims")), freeze(args.get("Input type")))] += 1
         elif name.startswith("symm_mem::") and cat != "kernel":
@@ -65,47 +65,47 @@ class _Tally:
         elif cat == "kernel" and (match := SYMMETRIC_KERNEL.search(name)):
             self.symmetric_kernels[match[0]] += 1
         else:
-            self.report.skipped["not a collective event"] += 1
+            self.tally.skipped["not a collective event"] += 1
 
     def finish(self, rank: str, group: int | None) -> None:
-        report, cpu, gpu = self.report, self.metadata["cpu"], self.metadata["gpu"]
+        tally, cpu, gpu = self.tally, self.metadata["cpu"], self.metadata["gpu"]
         chosen = cpu or gpu
         if cpu and gpu:
-            report.skipped["GPU kernel event (its CPU-side record_param_comms is counted)"] += sum(gpu.values())
+            tally.skipped["GPU kernel event (its CPU-side record_param_comms is counted)"] += sum(gpu.values())
         for (name, elems, dtype, group_size), n in chosen.items():
-            add_metadata_call(report, rank, name, elems, dtype, group if group_size is None else group_size, n)
+            add_metadata_call(tally, rank, name, elems, dtype, group if group_size is None else group_size, n)
         if chosen and self.annotations:
-            report.skipped["ProcessGroup annotation (its record_param_comms event is counted)"] += \
+            tally.skipped["ProcessGroup annotation (its record_param_comms event is counted)"] += \
                 sum(self.annotations.values())
         elif self.annotations:
             for (op, shapes, types), n in self.annotations.items():
-                add_annotation_call(report, rank, op, thaw(shapes), thaw(types), group, n)
-            report.note("no event carries \"Collective name\" (NCCL traces of PyTorch 2.0, gloo traces still): calls "
+                add_annotation_call(tally, rank, op, thaw(shapes), thaw(types), group, n)
+            tally.note("no event carries \"Collective name\" (NCCL traces of PyTorch 2.0, gloo traces still): calls "
                         "are the ProcessGroup annotations (nccl:*, gloo:*), sized by Input Dims x Input type; they "
                         "record no group size")
         for (name, shapes, types), n in self.symmetric.items():
-            add_symmetric_call(report, rank, name, thaw(shapes), thaw(types), group, n)
+            add_symmetric_call(tally, rank, name, thaw(shapes), thaw(types), group, n)
         why = "its op is counted" if self.symmetric else "no sized op in the trace: not counted"
         for name, n in self.symmetric_kernels.items():
-            report.skipped[f"symmetric-memory kernel {name} ({why})"] += n
+            tally.skipped[f"symmetric-memory kernel {name} ({why})"] += n
         if chosen:
-            report.note("sizes from \"In msg nelems\" x dtype (allgather: the input; reduce_scatter: the full "
+            tally.note("sizes from \"In msg nelems\" x dtype (allgather: the input; reduce_scatter: the full "
                         "input; all_to_all: the input over the group size)")
 
 
-def read_kineto(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
-    report.unit = "events"
-    tally = _Tally(report)
+def read_kineto(source: TraceSource, tally: TraceTally, group: int | None = None) -> None:
+    tally.unit = "events"
+    events = _Tally(tally)
     prefix = "traceEvents.item" if source.head.lstrip()[:1] == b"{" else "item"
-    for event in elements(source, prefix, report.notes):
-        report.entries += 1
-        tally.event(event)
+    for event in elements(source, prefix, tally.notes):
+        tally.entries += 1
+        events.event(event)
     info = top_level_value(source, "distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
     if isinstance(rank, int):
         label = f"rank {rank}"
-    elif isinstance(tally.pid, int):
-        label = f"pid {tally.pid}"
+    elif isinstance(events.pid, int):
+        label = f"pid {events.pid}"
     else:
         label = f"the process of {Path(source.path).name}"
-    tally.finish(label, group)
+    events.finish(label, group)

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 
 from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, letters
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 
 _CALL = (rb"NCCL INFO ([A-Za-z]+): opCount [0-9a-fA-F]+ (?:sendbuff \S+ recvbuff \S+ (count [^\]\n:]*\])"
          rb"(?: stream \S+ task \d+ globalrank (\d+))?)?")
@@ -65,7 +65,7 @@ def _prefix_before(block: bytes, start: int) -> tuple[bytes, bytes]:
     return body.rsplit(None, 1)[-1], dev
 
 
-def _tally_calls(block: bytes, tally: Counter) -> int:
+def _tally_calls(block: bytes, counts: Counter) -> int:
     """Tally a block's call records as (token, dev, op, fields span, globalrank); returns how many.
 
     Three ways, the first that accounts for every record: records that start their line (one findall); the
@@ -76,16 +76,16 @@ def _tally_calls(block: bytes, tally: Counter) -> int:
     heads = block.count(b": opCount ")
     found = LINE.findall(b"\n" + block)
     if len(found) == heads:
-        tally.update(found)
+        counts.update(found)
         return heads
     records = RECORD.findall(block)
     prefixes = REVERSED_PREFIX.findall(block[::-1])
     if len(prefixes) == len(records):
         prefixes.reverse()
-        tally.update((token[::-1], dev[::-1]) + record for (dev, token), record in zip(prefixes, records))
+        counts.update((token[::-1], dev[::-1]) + record for (dev, token), record in zip(prefixes, records))
     else:
         for m in RECORD.finditer(block):
-            tally[_prefix_before(block, m.start()) + m.groups(b"")] += 1
+            counts[_prefix_before(block, m.start()) + m.groups(b"")] += 1
     return len(records)
 
 
@@ -101,19 +101,19 @@ def _note_inits(block: bytes, inits: dict) -> None:
             inits[who + (m.group(1),)] = (m.group(2), m.group(4) or None)
 
 
-def read_nccl_log(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
+def read_nccl_log(source: TraceSource, tally: TraceTally, group: int | None = None) -> None:
     """Tally the log's call lines per rank (``group`` is unused: every line prints its nranks)."""
-    tally: Counter = Counter()  # (token, dev, op, fields span, globalrank) -> records
+    counts: Counter = Counter()  # (token, dev, op, fields span, globalrank) -> records
     inits: dict = {}  # (host, pid, comm) -> (rank, cudaDev or None) from the latest init line
     lines = records = 0
-    for block in source.blocks(report.skipped):
+    for block in source.blocks(tally.skipped):
         lines += block.count(b"\n") + (not block.endswith(b"\n"))
-        records += _tally_calls(block, tally)
+        records += _tally_calls(block, counts)
         _note_inits(block, inits)
-    report.entries = lines
-    report.skipped["line without a call (lines minus call records)"] += max(lines - records, 0)
-    _resolve(tally, inits, report)
-    report.note("NCCL_DEBUG=INFO call lines: a rank is one GPU of one process (host:pid and the device of its "
+    tally.entries = lines
+    tally.skipped["line without a call (lines minus call records)"] += max(lines - records, 0)
+    _resolve(counts, inits, tally)
+    tally.note("NCCL_DEBUG=INFO call lines: a rank is one GPU of one process (host:pid and the device of its "
                 "communicators); a process with several GPUs counts as several ranks")
 
 
@@ -135,17 +135,17 @@ def _label(host: bytes, pid: bytes, dev: bytes) -> str:
     return f"{host.decode(errors='replace')}:{pid.decode()} gpu{int(dev)}"
 
 
-def _resolve(tally: Counter, inits: dict, report: TraceReport) -> None:
+def _resolve(counts: Counter, inits: dict, tally: TraceTally) -> None:
     """Credit each tallied record to a rank; records without a prefix go to the one rank their communicator
     (and RCCL globalrank) belongs to, else to the unattributed calls."""
-    whos = {token: split_token(token) for token, *_ in tally}
+    whos = {token: split_token(token) for token, *_ in counts}
     host_of = _unglue({w for w in whos.values() if w} | {(host, pid) for host, pid, _ in inits})
     owners: dict = defaultdict(lambda: defaultdict(set))  # comm -> rank in comm (or None) -> rank labels
     attributed, orphans = [], []
-    for (token, dev, op, span, grank), n in tally.items():
+    for (token, dev, op, span, grank), n in counts.items():
         fields = SPAN.fullmatch(span)
         if not fields or int(fields[2]) not in NCCL_TYPE_CODES:
-            report.unreadable += n
+            tally.unreadable += n
             continue
         key = (op,) + fields.groups() + (grank,)  # op, count, dtype, comm, nranks, globalrank
         who = whos[token]
@@ -160,13 +160,13 @@ def _resolve(tally: Counter, inits: dict, report: TraceReport) -> None:
     for (host, pid, comm), (rank_in_comm, dev) in inits.items():
         if dev is not None:
             owners[comm][rank_in_comm].add(_label(host_of[(host, pid)], pid, dev))
-    report.communicator_ranks = len({(label, key[3]) for label, key, _ in attributed})
+    tally.communicator_ranks = len({(label, key[3]) for label, key, _ in attributed})
     for label, key, n in attributed:
-        _count(report, label, key, n)
+        _count(tally, label, key, n)
     for key, n in orphans:
-        _count(report, _owner(owners, key[3], key[5] or None), key, n)
+        _count(tally, _owner(owners, key[3], key[5] or None), key, n)
     if orphans:
-        report.note("call lines without a host:pid:tid prefix are credited to the one rank whose communicator "
+        tally.note("call lines without a host:pid:tid prefix are credited to the one rank whose communicator "
                     "(and RCCL globalrank) they print, else counted as unattributed")
 
 
@@ -177,11 +177,11 @@ def _owner(owners: dict, comm: bytes, rank_in_comm: bytes | None) -> str | None:
     return next(iter(candidates)) if len(candidates) == 1 else None
 
 
-def _count(report: TraceReport, label: str | None, key: tuple, n: int) -> None:
+def _count(tally: TraceTally, label: str | None, key: tuple, n: int) -> None:
     name, count, dtype, nranks = key[0].decode(), int(key[1]), int(key[2]), int(key[4])
     collective = NCCL_OPS.get(letters(name))
     if collective is None:
-        report.uncurved[name] += n
+        tally.uncurved[name] += n
         return
     nbytes = count * NCCL_TYPE_CODES[dtype] * (nranks if collective == "reduce_scatter" else 1)
-    report.add(label, collective, nbytes, nranks, n)
+    tally.add(label, collective, nbytes, nranks, n)

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from microbench.workload.traces.jsonread import freeze
 from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, NCCL_TYPE_NAMES, letters
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 
 EVENT = re.compile(rb'\{"name": "[^"\n]*", "cat": "(?:COLL|P2P)", "ph": "b", [^{}\n]*"args": \{[^{}\n]*\}\}')
 _FIELDS = ("pid", "name", "CommHash", "Rank", "Count", "Datatype")
@@ -39,7 +39,7 @@ def _element_bytes(datatype) -> int | None:
     return NCCL_TYPE_NAMES.get(datatype.lower()) if isinstance(datatype, str) else None
 
 
-def _tally_block(block: bytes, tally: Counter, report: TraceReport) -> int:
+def _tally_block(block: bytes, counts: Counter, tally: TraceTally) -> int:
     """Tally the block's begin events; returns how many lines hold one."""
     lines, last_end = 0, -1
     for match in EVENT.finditer(block):
@@ -48,46 +48,46 @@ def _tally_block(block: bytes, tally: Counter, report: TraceReport) -> int:
         try:
             event = json.loads(match[0])
         except (ValueError, RecursionError):
-            report.unreadable += 1
+            tally.unreadable += 1
             continue
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        tally[tuple(freeze(args.get(k) if k[0].isupper() else event.get(k)) for k in _FIELDS)] += 1
+        counts[tuple(freeze(args.get(k) if k[0].isupper() else event.get(k)) for k in _FIELDS)] += 1
     return lines
 
 
-def _labels(tally: Counter) -> dict:
+def _labels(counts: Counter) -> dict:
     """(pid, comm, rank) -> rank label: the pid alone when it holds one rank in each of its communicators."""
     ranks_of = defaultdict(set)
-    for pid, _, comm, rank, *_ in tally:
+    for pid, _, comm, rank, *_ in counts:
         ranks_of[(pid, comm)].add(rank)
     several = {pid for (pid, _), ranks in ranks_of.items() if len(ranks) > 1}
     return {(pid, comm, rank): f"pid {pid}" if pid not in several else f"pid {pid} rank {rank} of comm {comm}"
-            for pid, _, comm, rank, *_ in tally}
+            for pid, _, comm, rank, *_ in counts}
 
 
-def read_nccl_profiler(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
-    tally: Counter = Counter()  # (pid, name, comm, rank, count, datatype) -> begin events
+def read_nccl_profiler(source: TraceSource, tally: TraceTally, group: int | None = None) -> None:
+    counts: Counter = Counter()  # (pid, name, comm, rank, count, datatype) -> begin events
     found = 0
-    for block in source.blocks(report.skipped):
-        report.entries += block.count(b"\n") + (not block.endswith(b"\n"))
-        found += _tally_block(block, tally, report)
-    labels = _labels(tally)
-    for (pid, name, comm, rank, count, datatype), n in tally.items():
+    for block in source.blocks(tally.skipped):
+        tally.entries += block.count(b"\n") + (not block.endswith(b"\n"))
+        found += _tally_block(block, counts, tally)
+    labels = _labels(counts)
+    for (pid, name, comm, rank, count, datatype), n in counts.items():
         size = _element_bytes(datatype)
         if not isinstance(name, str) or not isinstance(count, int) or size is None:
-            report.unreadable += n
+            tally.unreadable += n
             continue
         op = name[4:] if name.startswith("nccl") else name  # 2.23's example prints ncclAllReduce
         collective = NCCL_OPS.get(letters(op))
         if collective is None:
-            report.uncurved[op] += n
+            tally.uncurved[op] += n
         elif collective == "reduce_scatter" and not group:
-            report.skipped["ReduceScatter without --trace-group-size (count is each rank's result)"] += n
+            tally.skipped["ReduceScatter without --trace-group-size (count is each rank's result)"] += n
         else:
             nbytes = count * size * (group if collective == "reduce_scatter" else 1)
-            report.add(labels[(pid, comm, rank)], collective, nbytes, group, n)
-    report.skipped["line without a collective or point-to-point begin event"] += report.entries - found
-    report.note("the example profiler dumps the events still in its pools (NCCL_PROFILE_GROUP_POOL_SIZE and the "
+            tally.add(labels[(pid, comm, rank)], collective, nbytes, group, n)
+    tally.skipped["line without a collective or point-to-point begin event"] += tally.entries - found
+    tally.note("the example profiler dumps the events still in its pools (NCCL_PROFILE_GROUP_POOL_SIZE and the "
                 "like; by default the last few groups): counts cover that window, not necessarily the whole run")
-    report.note("NCCL profiler events record no group size" + (f": --trace-group-size {group} is used" if group
+    tally.note("NCCL profiler events record no group size" + (f": --trace-group-size {group} is used" if group
                                                                   else "; pass --trace-group-size to state it"))

@@ -11,25 +11,25 @@ from pathlib import Path
 
 from microbench.workload.traces.jsonread import elements
 from microbench.workload.traces.source import TraceSource
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 from microbench.workload.traces.torch_calls import add_metadata_call
 
 
-def read_param(source: TraceSource, report: TraceReport, group: int | None = None) -> None:
-    report.unit = "entries"
+def read_param(source: TraceSource, tally: TraceTally, group: int | None = None) -> None:
+    tally.unit = "entries"
     rank = f"the rank of {Path(source.path).name}"
-    for entry in elements(source, "item", report.notes):
-        report.entries += 1
+    for entry in elements(source, "item", tally.notes):
+        tally.entries += 1
         if not isinstance(entry, dict):
-            report.unreadable += 1
+            tally.unreadable += 1
         elif "comms" not in entry:
             if "compute" in entry:
-                report.skipped["compute entry"] += 1
+                tally.skipped["compute entry"] += 1
             else:
-                report.unreadable += 1
+                tally.unreadable += 1
         else:
             size = entry.get("world_size")
             if not isinstance(size, int) and isinstance(entry.get("global_ranks"), list):
                 size = len(entry["global_ranks"])
             size = size if isinstance(size, int) else group
-            add_metadata_call(report, rank, entry["comms"], entry.get("in_msg_size"), entry.get("dtype"), size)
+            add_metadata_call(tally, rank, entry["comms"], entry.get("in_msg_size"), entry.get("dtype"), size)

@@ -20,7 +20,7 @@ IMPOSSIBLE = f"call of more than 2**62 bytes or calls, or in a group of more tha
 
 
 @dataclass
-class TraceReport:
+class TraceTally:
     """The calls of a trace and everything that was not counted, with the reason."""
 
     path: str
@@ -80,8 +80,8 @@ class TraceReport:
             tally[(collective, nbytes, group)] += n
         return merge(Message(coll, nbytes, n / per_rank, group, "trace") for (coll, nbytes, group), n in tally.items())
 
-    def absorb(self, other: TraceReport) -> None:
-        """Add another file's report to this one; ranks of the same name are the same rank."""
+    def absorb(self, other: TraceTally) -> None:
+        """Add another file's tally to this one; ranks of the same name are the same rank."""
         self.path = f"{self.path}, {other.path}"
         if other.format not in self.format.split("+"):
             self.format = f"{self.format}+{other.format}"

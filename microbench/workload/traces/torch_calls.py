@@ -28,7 +28,7 @@ from microbench.workload.traces.names import (
     UNCURVED,
     letters,
 )
-from microbench.workload.traces.tally import TraceReport
+from microbench.workload.traces.tally import TraceTally
 
 #: a ProcessGroup profiling title: backend and op
 ANNOTATION = re.compile(r"(?:nccl|gloo|ucc|mpi|xccl|hccl|cncl|fake):(\w+)$")
@@ -38,27 +38,27 @@ SYMMETRIC_KERNEL = re.compile(r"(multimem_all_reduce|multimem_one_shot|one_shot_
 NO_GROUP = "all_to_all without a group size (its size is the whole buffer; pass --trace-group-size)"
 
 
-def classify(report: TraceReport, name: str, count: int = 1) -> str | None:
+def classify(tally: TraceTally, name: str, count: int = 1) -> str | None:
     """The collective a PyTorch name stands for, or None once why it is not priced is counted."""
     key = letters(name)
     if key in TORCH_NO_DATA:
-        report.skipped[NO_DATA] += count
+        tally.skipped[NO_DATA] += count
         return None
     collective = TORCH_OPS.get(key)
     if collective is None:
-        report.uncurved[UNCURVED.get(key, name)] += count
+        tally.uncurved[UNCURVED.get(key, name)] += count
     return collective
 
 
-def add_sized(report: TraceReport, rank: str, collective: str, nbytes: int, group, count: int = 1) -> None:
+def add_sized(tally: TraceTally, rank: str, collective: str, nbytes: int, group, count: int = 1) -> None:
     """A call whose input is ``nbytes``; all-to-all input is the whole buffer, so it needs the group size."""
     group = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
     if collective == "alltoall":
         if not group:
-            report.skipped[NO_GROUP] += count
+            tally.skipped[NO_GROUP] += count
             return
         nbytes //= group
-    report.add(rank, collective, nbytes, group, count)
+    tally.add(rank, collective, nbytes, group, count)
 
 
 def element_bytes(dtype) -> int | None:
@@ -71,19 +71,19 @@ def element_bytes(dtype) -> int | None:
     return TORCH_TYPE_BYTES.get(name)
 
 
-def add_metadata_call(report: TraceReport, rank: str, name, in_elems, dtype, group, count: int = 1) -> None:
+def add_metadata_call(tally: TraceTally, rank: str, name, in_elems, dtype, group, count: int = 1) -> None:
     """A record_param_comms call: its collective name, input elements, element type and group size."""
     if not isinstance(name, str):
-        report.unreadable += count
+        tally.unreadable += count
         return
-    collective = classify(report, name, count)
+    collective = classify(tally, name, count)
     if collective is None:
         return
     size = element_bytes(dtype)
     if size is None or not isinstance(in_elems, int) or isinstance(in_elems, bool) or in_elems < 0:
-        report.unreadable += count
+        tally.unreadable += count
         return
-    add_sized(report, rank, collective, in_elems * size, group, count)
+    add_sized(tally, rank, collective, in_elems * size, group, count)
 
 
 def _tensor_type(dtype) -> bool:
@@ -109,32 +109,32 @@ def tensor_bytes(shapes, types) -> int | None:
     return total
 
 
-def add_annotation_call(report: TraceReport, rank: str, op: str, shapes, types, group, count: int = 1) -> None:
+def add_annotation_call(tally: TraceTally, rank: str, op: str, shapes, types, group, count: int = 1) -> None:
     """A ProcessGroup annotation (``nccl:<op>``): its input tensors are the message."""
-    collective = classify(report, op, count)
+    collective = classify(tally, op, count)
     if collective is None:
         return
     nbytes = tensor_bytes(shapes, types)
     if nbytes is None:
-        report.unreadable += count
+        tally.unreadable += count
         return
-    add_sized(report, rank, collective, nbytes, group, count)
+    add_sized(tally, rank, collective, nbytes, group, count)
 
 
-def add_symmetric_call(report: TraceReport, rank: str, name: str, shapes, types, group, count: int = 1) -> None:
+def add_symmetric_call(tally: TraceTally, rank: str, name: str, shapes, types, group, count: int = 1) -> None:
     """A ``symm_mem::<op>`` op: the collective it performs, sized by its input tensor."""
     op = name.split("::", 1)[-1]
     known = SYMMETRIC_MEMORY_OPS.get(op)
     if known is None:
-        report.uncurved[f"symm_mem::{op}"] += count
+        tally.uncurved[f"symm_mem::{op}"] += count
         return
     collective, index = known
     if not isinstance(shapes, list) or not isinstance(types, list) or len(shapes) <= index or len(types) <= index:
-        report.unreadable += count
+        tally.unreadable += count
         return
     nbytes = tensor_bytes([shapes[index]], [types[index]])
     if nbytes is None:
-        report.unreadable += count
+        tally.unreadable += count
         return
-    report.note("symmetric-memory ops (symm_mem::*) are counted as the collective they perform")
-    add_sized(report, rank, collective, nbytes, group, count)
+    tally.note("symmetric-memory ops (symm_mem::*) are counted as the collective they perform")
+    add_sized(tally, rank, collective, nbytes, group, count)
