@@ -166,7 +166,24 @@ def make(kind: type[Record], **fields: Any) -> dict:
     problem = problems(record, complete=True)
     if problem:
         raise ModelError(kind.__name__, problem)
-    return out
+    return _utf8(out)
+
+
+def _utf8(value: Any) -> Any:
+    """``value`` with every string that holds lone surrogates (bytes the OS gave that are not UTF-8, as in a file
+    name from a Latin-1 system) written with those bytes as ``\\xNN`` escapes: JSON cannot carry them, and a
+    record that holds one could never be read back."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {_utf8(k): _utf8(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_utf8(v) for v in value]
+    return value
 
 
 def _finite_everywhere(value: Any) -> bool:
