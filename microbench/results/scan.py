@@ -30,7 +30,7 @@ from microbench.errors import UsageError, printable
 from microbench.records import model, projection
 from microbench.records.files import ResultsFile, chunks, find_results
 from microbench.records.reader import FOREIGN, ReadNotes, decode_line, is_run_line
-from microbench.results.keys import RAW_FIELDS
+from microbench.results.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
 from microbench.results.metrics import NUMBER_COLUMNS, OUTLIER_COUNT
 
 ScanNotes = ReadNotes  #: the notes both readers keep
@@ -55,9 +55,11 @@ def result_paths() -> frozenset[str]:
 def line_type() -> object:
     """The type one line decodes into: a tagged union of the run, result and end projections, and of the
     record types the gate tools skip (projected to their tag alone)."""
-    views = [projection.project(model.RunRecord, set(RUN_FIELDS), "RunView"),
-             projection.project(model.ResultRecord, result_paths(), "ResultView"),
-             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView")]
+    everything_none = frozenset()  # an absent field reads as None ...
+    views = [projection.project(model.RunRecord, set(RUN_FIELDS), "RunView", everything_none),
+             projection.project(model.ResultRecord, result_paths(), "ResultView",
+                                frozenset(DERIVED_WHEN_ABSENT)),  # ... but where absence means something
+             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView", everything_none)]
     views += [projection.project(kind, set(), f"{kind.__name__[:-6]}View")
               for name, kind in model.RECORD_TYPES.items() if name not in ("run", "result", "end")]
     return Union[tuple(views)]
@@ -68,8 +70,19 @@ READ_TYPES = ("RunView", "ResultView", "EndView")
 
 def kind_of(view: object) -> str:
     """``run``, ``result``, ``end`` or ``skipped`` for a decoded line."""
-    name = type(view).__name__
-    return name[:-4].lower() if name in READ_TYPES else "skipped"
+    return _KINDS[view.__class__]
+
+
+class _Kinds(dict):
+    """The kind of each view class of ``line_type``, filled the first time a class is met."""
+
+    def __missing__(self, cls):
+        name = cls.__name__
+        self[cls] = kind = name[:-4].lower() if name in READ_TYPES else "skipped"
+        return kind
+
+
+_KINDS = _Kinds()
 
 
 @dataclass
