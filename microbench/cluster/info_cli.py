@@ -1,7 +1,10 @@
-"""Show what this machine offers: MPI library and launcher, torch backends, devices, page policy.
+"""Show what this machine offers: MPI library and launcher, torch backends, devices, page policy, and its links.
 
 Run it first on a new system: it says which libmpi mpi4py loads (the bundled wheel or the site's),
-which mpiexec --np would use, and what the torch build can do. Initialises nothing.
+which mpiexec --np would use, what the torch build can do, and the host's links with their speeds (network
+interfaces, shaped rates, InfiniBand/RoCE ports, GPUs' NVLinks and PCIe, the NIC nearest each GPU:
+``microbench.cluster.links``). Under a launcher each host prints its own (``srun -N 4 --ntasks-per-node 1
+microbench info``); ``--from DIR`` shows a host recorded with ``scripts/record_links.py``. Initialises nothing.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ import sys
 from microbench import __version__
 from microbench.cluster import facts
 from microbench.cluster import launch
+from microbench.cluster import links as host_links
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--from", dest="recorded", action="append", metavar="DIR",
+                   help="show the links of a host recorded by scripts/record_links.py (a folder with sys/ and "
+                        "nvml.json) instead of this one's; repeatable")
 
 
 def collect() -> dict:
@@ -60,7 +67,10 @@ def collect() -> dict:
 
 
 def main(args) -> int:
+    if args.recorded:
+        return _show_recorded(args.recorded, args.json)
     found = collect()
+    found["links"] = {launch.discover().host: host_links.read_host()}
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
@@ -84,7 +94,73 @@ def main(args) -> int:
     print(f"THP: {c['thp']}, page size {c['page_size']} B, {c['cpus']} CPUs, "
           f"{buffers_fmt(c['mem_available_bytes'])} available")
     print(f"launcher: {found['launcher'] or 'none (use --np N, mpiexec, srun or torchrun)'}")
+    for host, links in found["links"].items():
+        for line in link_lines(host, links):
+            print(line)
     return 0
+
+
+def _show_recorded(folders: list[str], as_json: bool) -> int:
+    from pathlib import Path
+
+    from microbench.errors import UsageError, printable
+
+    found = {}
+    for folder in folders:
+        if not Path(folder, "sys").is_dir():
+            raise UsageError(f"--from {printable(folder)}: no sys/ folder there (record one with "
+                             "scripts/record_links.py)")
+        found[folder] = host_links.read_host(folder)
+    if as_json:
+        print(json.dumps({"links": found}, indent=2))
+        return 0
+    for host, links in found.items():
+        for line in link_lines(host, links):
+            print(line)
+    return 0
+
+
+def _gbps(value) -> str:
+    return "?" if value is None else f"{value:.4g} GB/s"
+
+
+def _pcie(link: dict | None) -> str:
+    if not link:
+        return ""
+    return f"PCIe gen{link.get('generation') or '?'} x{link.get('width') or '?'} ({_gbps(link.get('gbps'))} per direction)"
+
+
+def link_lines(host: str, links: dict) -> list[str]:
+    """A host's links as text: interfaces, RDMA ports, GPUs (speeds per direction)."""
+    out = [f"links of {host} ({links.get('read_from')}):"]
+    for n in links.get("net") or []:
+        if n.get("kind") == "loopback":
+            continue
+        speed = f"{n['speed_mbps']} Mb/s" if n.get("speed_mbps") else "speed unknown"
+        if n.get("shaped_mbps"):
+            speed += f", shaped to {n['shaped_mbps']:g} Mbit/s ({n.get('shaping')})"
+        where = ", ".join(filter(None, [n.get("ipv4"), "virtual" if n.get("virtual") else None, _pcie(n.get("pcie"))]))
+        out.append(f"  {n['name']}: {n.get('kind') or '?'} {n.get('operstate') or '?'}, {speed}"
+                   + (f" [{where}]" if where else ""))
+    for p in links.get("rdma") or []:
+        out.append(f"  {p['device']}:{p['port']}: {p.get('link_layer') or '?'} {p.get('state') or '?'}, "
+                   f"{p.get('rate') or 'rate unknown'}" + (f" [{_pcie(p.get('pcie'))}]" if p.get("pcie") else "")
+                   + (f", netdev {p['netdev']}" if p.get("netdev") else ""))
+    for g in links.get("gpus") or []:
+        nv = g.get("nvlink")
+        text = f"  GPU {g.get('index')} {g.get('name')} {g.get('bus_id')}: "
+        if nv:
+            text += (f"NVLink{nv.get('version') or '?'} x{nv['active_links']} = {_gbps(nv.get('gbps'))} per direction "
+                     f"({nv.get('gbps_per_link')} GB/s per link; NVML reports {nv.get('nvml_gbps_per_link')} GB/s "
+                     "signalling), ")
+        text += _pcie(g.get("pcie")) or "PCIe unknown"
+        if g.get("nearest_nic"):
+            text += f", nearest NIC {g['nearest_nic']} ({g.get('nic_relation')})"
+        out.append(text)
+    if len(out) == 1:
+        out.append("  none found")
+    out += [f"  note: {note}" for note in links.get("notes") or []]
+    return out
 
 
 def buffers_fmt(n) -> str:

@@ -96,7 +96,7 @@ def net_interfaces(root: Path, live: bool, shaping: dict[str, dict] | None = Non
     """Every network interface: name, kind, state, sysfs speed (Mb/s), shaped rate, address, PCI device."""
     net = root / "sys" / "class" / "net"
     notes = []
-    names = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
+    names = sorted(p.name for p in net.iterdir() if not p.name.startswith(".")) if net.is_dir() else []
     if live:
         here = {name: index for index, name in socket.if_nameindex()}
         seen = {n for n in names if _number(_read(net / n / "ifindex")) == here.get(n)}
@@ -165,8 +165,9 @@ def pci_path(root: Path, address: str) -> list[str]:
 
 
 def pci_distance(a: list[str], b: list[str]) -> tuple[int, str]:
-    """Bridges between two devices and ``nvidia-smi topo``'s name for their relation: PIX (one switch), PXB
-    (several switches), PHB (the same root complex), SYS (different root complexes)."""
+    """Steps between two devices' PCI paths and ``nvidia-smi topo``'s name for their relation: PIX (one switch:
+    its upstream port is the last device they share), PXB (several switches), PHB (only the root complex
+    shared), SYS (different root complexes)."""
     if not a or not b:
         return 99, "unknown"
     common = 0
@@ -179,7 +180,7 @@ def pci_distance(a: list[str], b: list[str]) -> tuple[int, str]:
         return hops, "SYS"
     if common == 1:
         return hops, "PHB"
-    return hops, "PIX" if hops <= 2 else "PXB"
+    return hops, "PIX" if hops <= 4 else "PXB"  # through one switch: down to its ports and back
 
 
 def nearest_nics(root: Path, gpus: list[dict], rdma: list[dict], net: list[dict]) -> None:

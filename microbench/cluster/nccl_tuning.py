@@ -26,7 +26,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-LINE = re.compile(rb"NCCL INFO (?:([A-Za-z]+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)")
+LINE = re.compile(rb"NCCL INFO (?:([A-Za-z]+):\s*)?(\d+) Bytes -> Algo (\w+) proto (\w+)")
 ALGORITHMS = {"0": "TREE", "1": "RING", "2": "COLLNET_DIRECT", "3": "COLLNET_CHAIN", "4": "NVLS", "5": "NVLS_TREE",
               "6": "PAT"}
 PROTOCOLS = {"0": "LL", "1": "LL128", "2": "SIMPLE"}
@@ -91,7 +91,9 @@ class TuningLog:
         """The algorithm and protocol of the calls NCCL logged since the last size (this benchmark's function,
         its size as NCCL counts it), or None when it logged none."""
         text = self.new_text()
-        sizes = {size_bytes, size_bytes // max(nranks, 1), size_bytes * nranks}
+        sizes = {size_bytes}
+        if FUNCTIONS.get(benchmark) in ("AllGather", "ReduceScatter"):  # each rank's part, or the whole buffer
+            sizes |= {size_bytes // max(nranks, 1), size_bytes * nranks}
         return summarize(tally(text, FUNCTIONS.get(benchmark), sizes))
 
     def remove(self) -> None:
