@@ -215,6 +215,6 @@ def read_host(root: str | os.PathLike = "/", nvml_answers: dict | None = None) -
             gpu["pcie"] = pcie_link(root / "sys" / "bus" / "pci" / "devices" / gpu["bus_id"])
     nearest_nics(root, gpus, rdma, net)
     selectors = {v: os.environ[v] for v in SELECTORS if os.environ.get(v)} if live else {}
-    return {"read_from": "this host" if live else str(root), "net": net, "rdma": rdma, "gpus": gpus,
+    return {"read_from": "sysfs, tc and NVML of the host" if live else str(root), "net": net, "rdma": rdma, "gpus": gpus,
             "selectors": selectors,
             "nvml": nvml_answers.get("about"), "notes": notes + list(nvml_answers.get("notes", []))}
