@@ -107,7 +107,7 @@ def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p
     """The series of one benchmark (results with no usable latency statistic are left out)."""
     rows = benchmark_rows(table, benchmark, stat)
     groups = group_rows(table, rows, by)
-    shown = keys.varying_options(k for _, k in groups)
+    shown = keys.varying_options(k for i, k in groups if i is None or not is_job(table, i))  # jobs: see below
     used = sorted({i for i, _ in groups if i is not None})
     titles = dict(zip(used, _run_titles([table.runs[i] for i in used])))
     several_runs = by == "run" and len(used) > 1
@@ -122,7 +122,9 @@ def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p
             parts.append(f"{label_runs} run(s)")
         title = ", ".join(parts) or _run_titles([table.runs[table.run[members[0]]]])[0]
         job = index is not None and is_job(table, index)
-        series = Series(label=("job: " + title) if job else title, key=key, runs=label_runs, job=job)
+        if job:  # a job's options are another tool's: its run and group size name it
+            title = f"job {_run_titles([table.runs[index]])[0]}, {key.get('ranks')} ranks"
+        series = Series(label=title, key=key, runs=label_runs, job=job)
         sizes = table.size[members]
         for size in np.unique(sizes).tolist():
             at = members[sizes == size]
