@@ -155,3 +155,22 @@ def test_the_tuning_log_hands_each_size_only_what_nccl_appended_since(tmp_path):
     with open(log.path, "ab") as f:
         f.write(lines[1] + b"NCCL INFO Broadcast:    65536 Bytes -> Algo 1 proto 0 time 3.2\n")
     assert log.choice("broadcast", 65536, 2)["others"] == {"RING/LL": 1}
+
+
+def test_the_inspector_plugins_file_gives_the_algorithm_when_the_run_loaded_it(tmp_path, monkeypatch):
+    import os
+    import socket
+
+    monkeypatch.setenv("NCCL_PROFILER_PLUGIN", "/opt/nccl/libnccl-profiler-inspector.so")
+    monkeypatch.setenv("NCCL_INSPECTOR_ENABLE", "1")
+    monkeypatch.setenv("NCCL_INSPECTOR_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "500")
+    log = nccl_tuning.InspectorLog.find()
+    assert log.path == tmp_path / f"{socket.gethostname()}-pid{os.getpid()}.log"
+    lines = (FIXTURES / "nccl" / "inspector-v4.jsonl").read_text().splitlines(keepends=True)
+    log.path.write_text(lines[4] + lines[1][:40])  # the v4.2 line, and a line the plugin is still writing
+    assert log.choice("allreduce", 17179869184, 8) == {"algorithm": "RING", "protocol": "LL", "calls": 1,
+                                                      "source": nccl_tuning.InspectorLog.SOURCE}
+    assert log.choice("allreduce", 2360832, 3) is None  # v4.0 lines name no algorithm
+    monkeypatch.setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "-1")  # dumps only at the end
+    assert nccl_tuning.InspectorLog.find() is None

@@ -101,3 +101,52 @@ class TuningLog:
             self.path.unlink()
         except OSError:
             pass
+
+
+class InspectorLog:
+    """The NCCL Inspector plugin's file of this process, where the user loaded the plugin for the run
+    (``NCCL_PROFILER_PLUGIN`` naming it, ``NCCL_INSPECTOR_ENABLE=1``, ``NCCL_INSPECTOR_DUMP_DIR`` and a dump
+    interval of 0 or more): from format v4.2 each operation's line names ``coll_algo`` and ``coll_proto``. The
+    plugin dumps on its own interval, so every line read is kept by (collective, size) until a size asks."""
+
+    SOURCE = "NCCL Inspector plugin (coll_algo, coll_proto)"
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.seen = path, 0, Counter()
+
+    @classmethod
+    def find(cls) -> "InspectorLog | None":
+        env = os.environ
+        if "inspector" not in env.get("NCCL_PROFILER_PLUGIN", "").lower() or env.get("NCCL_INSPECTOR_ENABLE") != "1":
+            return None
+        folder, interval = env.get("NCCL_INSPECTOR_DUMP_DIR"), env.get("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS")
+        if not folder or not (interval or "").lstrip("-").isdigit() or int(interval) < 0:
+            return None
+        return cls(Path(folder) / f"{socket.gethostname()}-pid{os.getpid()}.log")
+
+    def choice(self, benchmark: str, size_bytes: int, nranks: int) -> dict | None:
+        import json
+
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(64 << 20)
+        except OSError:
+            data = b""
+        cut = data.rfind(b"\n") + 1  # whole lines only: the plugin may be writing the last one
+        self.offset += cut
+        for line in data[:cut].splitlines():
+            try:
+                perf = json.loads(line).get("coll_perf")
+            except (ValueError, AttributeError, RecursionError):
+                continue
+            if isinstance(perf, dict) and isinstance(perf.get("coll_algo"), str):
+                self.seen[(perf.get("coll"), perf.get("coll_msg_size_bytes"), perf["coll_algo"].upper(),
+                           str(perf.get("coll_proto") or "").upper())] += 1
+        function = FUNCTIONS.get(benchmark)
+        sizes = {size_bytes} | ({size_bytes // max(nranks, 1)} if function == "ReduceScatter" else set())
+        found = Counter({(a, p): n for (f, s, a, p), n in self.seen.items() if f == function and s in sizes})
+        return summarize(found, self.SOURCE)
+
+    def remove(self) -> None:
+        """The plugin's file is the user's: left in place."""

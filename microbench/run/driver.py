@@ -23,7 +23,7 @@ from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport, open_transport, select_device
 from microbench.options import RunOptions
 from microbench.records import Output, build
-from microbench.cluster.nccl_tuning import TuningLog
+from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
 from microbench.run import peaks as run_peaks
 from microbench.run import preflight, sweep, terminal
 from microbench.run import watchdog
@@ -102,7 +102,7 @@ def set_up(world: World, opts: RunOptions, hooks: FaultHooks, guard: watchdog.Wa
     """Collective: transport (with its timed loop) -> hosts -> preflight; the run's context (records not opened).
 
     ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
-    tuning = TuningLog.ask_nccl() if opts.nccl_algo else None  # before NCCL starts
+    tuning = TuningLog.ask_nccl() if opts.nccl_algo else InspectorLog.find()  # before NCCL starts
     transport = open_transport(world, opts, selected or select_device(opts))
     layout = gather_layout(world.reducer, facts.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from microbench.benchmarks.table import Collective
 from microbench.cluster import links as host_links
 from microbench.cluster import path_peak
-from microbench.cluster.nccl_tuning import TuningLog
+from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
 from microbench.cluster.world import Layout
 
 
@@ -24,7 +24,7 @@ class RunPeaks:
     links: dict[str, dict]
     across: dict  #: the path peak of a collective over every rank
     inside: dict  #: the path peak when no pair crosses hosts (point-to-point benchmarks)
-    tuning: TuningLog | None = None
+    tuning: TuningLog | InspectorLog | None = None  #: where NCCL's algorithm per size is read from
     _cache: dict = field(default_factory=dict)
 
     def path_for(self, coll: Collective, layout: Layout, nranks: int) -> dict:
@@ -54,7 +54,8 @@ class RunPeaks:
                 f"({peak['tier']}): {peak['link']}")
 
 
-def gather(reducer, layout: Layout, device: str, gpus: list, tuning: TuningLog | None = None) -> RunPeaks | None:
+def gather(reducer, layout: Layout, device: str, gpus: list,
+           tuning: TuningLog | InspectorLog | None = None) -> RunPeaks | None:
     """Collective: each host's lowest rank reads its links; rank 0 gets them all and makes the path peaks."""
     rank = reducer.rank
     hosts = layout.hosts_by_rank
