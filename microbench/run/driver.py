@@ -90,7 +90,8 @@ def run_benchmark(rc: RunContext, coll: Collective) -> list[int]:
     """Collective: one benchmark's table header (rank 0), then its sweep; the sizes whose check failed."""
     if rc.out is not None:
         section = terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host))
-        if rc.peaks is not None and not coll.nonblocking:
+        # the path's peak and each size's share of it, where the data crosses a link (not shared memory alone)
+        if rc.peaks is not None and not coll.nonblocking and rc.peaks.crosses_a_link(coll, rc.layout, rc.nranks):
             section["lines"].append(rc.peaks.section_line(coll, rc.layout, rc.nranks))
             section["extra_columns"].append("peak")
         rc.out.section(section)

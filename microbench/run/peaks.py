@@ -44,6 +44,10 @@ class RunPeaks:
             out["peak"] = block
         return out
 
+    def crosses_a_link(self, coll: Collective, layout: Layout, nranks: int) -> bool:
+        """Whether the benchmark's data crosses a link (the table then shows its share of the link's peak)."""
+        return self.path_for(coll, layout, nranks)["tier"] != "shared memory"
+
     def section_line(self, coll: Collective, layout: Layout, nranks: int) -> str:
         """The '#' line above a benchmark's table naming the path's peak, or why there is none."""
         peak = self.path_for(coll, layout, nranks)
