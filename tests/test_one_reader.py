@@ -55,7 +55,6 @@ OTHER_INPUTS = {
     "workload/traces/jsonread.py": "communication traces (Kineto, execution traces), streamed",
     "workload/traces/nccl_profiler.py": "NCCL profiler plugin output (JSON lines of events, not records)",
     "workload/traces/inspector.py": "NCCL Inspector plugin files (JSON lines of a job's operations, not records)",
-    "workload/traces/nccl_tests_json.py": "nccl-tests' -J JSON output, streamed",
     "results/expected.py": "the reference table of expected values it ships (TOML)",
     "workload/traces/source.py": "opens a communication trace (plain or gzip)",
 }
