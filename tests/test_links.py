@@ -174,3 +174,18 @@ def test_the_inspector_plugins_file_gives_the_algorithm_when_the_run_loaded_it(t
     assert log.choice("allreduce", 2360832, 3) is None  # v4.0 lines name no algorithm
     monkeypatch.setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "-1")  # dumps only at the end
     assert nccl_tuning.InspectorLog.find() is None
+
+
+def test_a_host_whose_links_cannot_be_read_is_a_note_not_a_stopped_rank(monkeypatch):
+    from microbench.records import model, relations
+    from microbench.run import peaks
+
+    def broken(*_args):
+        raise PermissionError("/sys/class/net: permission denied")
+
+    monkeypatch.setattr(peaks.host_links, "read_host", broken)
+    found = peaks._read_links()
+    assert found["notes"] == ["links not read: PermissionError: /sys/class/net: permission denied"]
+    relations.make(model.RunRecord, schema=1, run_id="x", backend="mpi", ranks=2, links={"h": found},
+                   path_peak=path_peak.path_peak(["h", "g"], {"h": found, "g": found}))
+    assert path_peak.path_peak(["h", "g"], {"h": found, "g": found})["gbps"] is None

@@ -63,7 +63,7 @@ def gather(reducer, layout: Layout, device: str, gpus: list,
     """Collective: each host's lowest rank reads its links; rank 0 gets them all and makes the path peaks."""
     rank = reducer.rank
     hosts = layout.hosts_by_rank
-    mine = host_links.read_host() if hosts.index(hosts[rank]) == rank else None
+    mine = _read_links() if hosts.index(hosts[rank]) == rank else None
     found = reducer.gather(mine)
     if rank != 0:
         return None
@@ -72,3 +72,12 @@ def gather(reducer, layout: Layout, device: str, gpus: list,
     across = path_peak.path_peak(hosts, by_host, device, gpus_by_rank)
     inside = path_peak.path_peak(hosts, by_host, device, gpus_by_rank, crosses_hosts=False)
     return RunPeaks(by_host, across, inside, tuning)
+
+
+def _read_links() -> dict:
+    """This host's links; a failure to read them is a note in the record, never a rank that stops alone (the
+    others would wait for it in the gather)."""
+    try:
+        return host_links.read_host()
+    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on without this host's links
+        return {"read_from": "sysfs, tc and NVML of the host", "notes": [f"links not read: {type(exc).__name__}: {exc}"]}
