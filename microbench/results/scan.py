@@ -37,7 +37,10 @@ ScanNotes = ReadNotes  #: the notes both readers keep
 
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
-              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
+              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version",
+              "source", "path_peak")  # issue 43: an import's tool (a job's runs), the path's peak
+#: the run line's paths the reader decodes for RUN_FIELDS (of an import's source, its tool alone)
+RUN_PATHS = frozenset(RUN_FIELDS) - {"source"} | {"source.tool"}
 #: The pairs test's fields (kept per record that has them; outliers recomputed from the matrix).
 PAIRS_FIELDS = ("metric", "unit", "labels", "participant_ranks", "matrix_unit", "matrix", "outliers",
                 "outlier_rule", "node_outliers", "node_outlier_rule")
@@ -56,7 +59,7 @@ def line_type() -> object:
     """The type one line decodes into: a tagged union of the run, result and end projections, and of the
     record types the gate tools skip (projected to their tag alone)."""
     everything_none = frozenset()  # an absent field reads as None ...
-    views = [projection.project(model.RunRecord, set(RUN_FIELDS), "RunView", everything_none),
+    views = [projection.project(model.RunRecord, set(RUN_PATHS), "RunView", everything_none),
              projection.project(model.ResultRecord, result_paths(), "ResultView",
                                 frozenset(DERIVED_WHEN_ABSENT)),  # ... but where absence means something
              projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView", everything_none)]
