@@ -146,24 +146,28 @@ def test_a_killed_np_parent_leaves_no_rank_behind(tmp_path):
     import subprocess
     import time
 
+    out = str(tmp_path / "r.jsonl")
     proc = subprocess.Popen([sys.executable, "-m", "microbench", "run", "--np", "2", "latency", "-m", "8",
-                             "-i", "100000000", "--out", str(tmp_path / "r.jsonl")], start_new_session=True,
+                             "-i", "100000000", "--out", out], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    ranks: list[int] = []
-    while time.monotonic() < deadline and len(ranks) < 2:
-        ranks = [pid for pid, is_rank in _ranks_of(str(tmp_path / "r.jsonl")) if is_rank]
-        time.sleep(0.2)
-    assert len(ranks) == 2, "the ranks did not start"
-    proc.kill()
-    proc.wait()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _ranks_of(str(tmp_path / "r.jsonl")):
-        time.sleep(0.2)
-    left = _ranks_of(str(tmp_path / "r.jsonl"))
-    for pid, _ in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"ranks or their launcher left running after their parent was killed: {left}"
+    try:
+        deadline = time.monotonic() + 60
+        ranks: list[int] = []
+        while time.monotonic() < deadline and len(ranks) < 2:
+            ranks = [pid for pid, is_rank in _ranks_of(out) if is_rank]
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the ranks did not start"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _ranks_of(out):
+            time.sleep(0.2)
+        left = _ranks_of(out)
+        assert not left, f"ranks or their launcher left running after their parent was killed: {left}"
+    finally:
+        proc.kill()
+        for pid, _ in _ranks_of(out):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _ranks_of(out: str) -> list[tuple[int, bool]]:
