@@ -26,8 +26,9 @@ from the noise it measured itself, so that each can fail on its defect and not w
     the communicator anyway: NCCL < 2.22, NCCL_CUMEM_ENABLE=0, or no excess to remove);
 11. launch-bound marked: eager allreduce at 8 B and 256 MiB; 256 MiB is not launch-bound, and every result whose
     record says launch-bound ends its table row with the mark;
-12. the paired gate: --sync barrier allreduce at 8 B; the start events waited behind the gate (at most 1 % of the
-    samples began before their launch ended).
+12. the paired gate: --sync barrier allreduce at 8 B and 1 MiB; the start events waited behind the gate (at most
+    1 % of the samples began before their launch ended);
+13. the replay on NCCL (DDP over every rank) with GEMM compute slices runs and says its kernel is gemm.
 
 --hostid-per-rank runs ranks on the first GPU, each with its own NCCL_HOSTID (NCCL then takes each for a host of
 its own and connects them over its network transport): timings mean nothing there, correctness does. Items:
@@ -430,7 +431,8 @@ ITEMS = [("cold under CUDA graphs reads above warm", item_cold_graphs),
          ("MPI with device buffers: device flush, staged in place", item_mpi_device),
          ("NCCL connections: runtime in the first calls, eager with the communicator", item_nccl_connect),
          ("launch-bound results marked", item_launch_marks),
-         ("paired samples gated", item_paired_gate)]
+         ("paired samples gated", item_paired_gate),
+         ("the replay on NCCL with GEMM compute", item_replay)]
 
 
 # ------------------------------------------------------------------------------ NCCL_HOSTID per rank, one GPU
@@ -470,12 +472,16 @@ def item_hostid_eager_connect(launch: Launch, out: Path) -> tuple[str, str]:
     return (verdict if recorded == "0" else FAIL), f"{detail}; recorded {recorded!r}"
 
 
-def item_hostid_replay(launch: Launch, out: Path) -> tuple[str, str]:
-    res = out / "hostid-replay.jsonl"
+def item_replay(launch: Launch, out: Path, ranks: int | None = None) -> tuple[str, str]:
+    """The replay on NCCL (DDP over every rank) with GEMM compute slices: it runs, and says its kernel is gemm."""
+    ranks = ranks or launch.ranks
+    if ranks < 2:
+        return SKIP, "data parallelism needs 2 ranks"
+    res = out / f"replay-{ranks}.jsonl"
     argv = ["microbench", "replay", "--backend", "torch", "--device", "cuda", "--hidden", "256", "--layers", "2",
-            "--heads", "4", "--seq", "64", "--scheme", "ddp", "--dp", "2", "--tflops", "5", "--iterations", "2",
-            "--out", str(res)]
-    proc = run(launch.command(argv, 2), launch.env())
+            "--heads", "4", "--seq", "64", "--scheme", "ddp", "--dp", str(ranks), "--tflops", "5", "--iterations",
+            "2", "--out", str(res)]
+    proc = run(launch.command(argv, None if ranks == launch.ranks else ranks), launch.env())
     replays = [r for r in records(res) if r["type"] == "replay"]
     kernel = (replays[0].get("compute") or {}).get("kernel") if replays else None
     ok = proc.returncode == 0 and replays and kernel == "gemm"
@@ -487,7 +493,7 @@ HOSTID_ITEMS = [("in-place allgather/reduce_scatter at n = 2 and 3", item_hostid
                 ("captured send/recv checked", item_hostid_p2p_graphs),
                 ("bw/bibw first calls without NCCL's connection", item_hostid_connect_warmup),
                 ("--nccl-connect eager recorded and checked", item_hostid_eager_connect),
-                ("the replay on NCCL with GEMM compute", item_hostid_replay)]
+                ("the replay on NCCL with GEMM compute", lambda launch, out: item_replay(launch, out, 2))]
 
 
 def main(argv: list[str] | None = None) -> int:

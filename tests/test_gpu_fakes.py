@@ -269,17 +269,20 @@ def _transport(cache_bytes, runtime="cuda", name="Fake GPU", backend="nccl", cac
     from microbench.measure.transport import Transport
 
     primitives = SimpleNamespace(call_name=lambda primitive: None, in_place_only=("allreduce",),
-                                 in_place_result_at_rank=True)
+                                 in_place_result_at_rank=True, check_dtype=lambda dtype, reduces, op: None)
     return Transport(primitives, primitives, SimpleNamespace(), choice, False, cache_bytes,
                      torch_meta={"backend": backend})
 
 
 @pytest.mark.parametrize("flags", [("--cache", "cold"), ("--cache", "both"), ("--flush",)])
-def test_cold_on_a_gpu_whose_cache_size_is_unknown_is_refused(flags):
+def test_cold_on_a_gpu_whose_cache_size_is_unknown_is_refused(flags, monkeypatch):
     from microbench.run.preflight import check_run
 
+    monkeypatch.setattr(device, "free_device_bytes", lambda kind, index: 80 << 30)
     world = SimpleNamespace(reducer=_OneRank(), nranks=1, rank=0)
     opts = _opts("--backend", "torch", "--device", "cuda", *flags, "allreduce", "-m", "8")
+    check_run(_opts("--backend", "torch", "--device", "cuda", "allreduce", "-m", "8"), world,
+              SimpleNamespace(local_ranks=1), _transport(None))  # warm needs no cache size
     with pytest.raises(UsageError, match=r"^--cache .*works against the GPU's caches, whose size is unknown on Fake"):
         check_run(opts, world, SimpleNamespace(local_ranks=1), _transport(None))
 

@@ -73,7 +73,7 @@ def test_modes_and_skips_are_reported_as_such(checks, tmp_path, monkeypatch, cap
 
 def test_items_that_need_more_ranks_skip_on_one_gpu(checks, tmp_path):
     one = checks.Launch(1)
-    for item in (checks.item_p2p_graphs, checks.item_distinct_gpus, checks.item_nccl_connect):
+    for item in (checks.item_p2p_graphs, checks.item_distinct_gpus, checks.item_nccl_connect, checks.item_replay):
         assert item(one, tmp_path)[0] == checks.SKIP
 
 
