@@ -420,6 +420,23 @@ def item_paired_gate(launch: Launch, out: Path) -> tuple[str, str]:
     return judge_gate(results(res))
 
 
+def item_replay(launch: Launch, out: Path, ranks: int | None = None) -> tuple[str, str]:
+    """The replay on NCCL (DDP over every rank) with GEMM compute slices: it runs, and says its kernel is gemm."""
+    ranks = ranks or launch.ranks
+    if ranks < 2:
+        return SKIP, "data parallelism needs 2 ranks"
+    res = out / f"replay-{ranks}.jsonl"
+    argv = ["microbench", "replay", "--backend", "torch", "--device", "cuda", "--hidden", "256", "--layers", "2",
+            "--heads", "4", "--seq", "64", "--scheme", "ddp", "--dp", str(ranks), "--tflops", "5", "--iterations",
+            "2", "--out", str(res)]
+    proc = run(launch.command(argv, None if ranks == launch.ranks else ranks), launch.env())
+    replays = [r for r in records(res) if r["type"] == "replay"]
+    kernel = (replays[0].get("compute") or {}).get("kernel") if replays else None
+    ok = proc.returncode == 0 and replays and kernel == "gemm"
+    return (PASS if ok else FAIL), f"exit {proc.returncode}; compute kernel {kernel}" + (
+        "" if ok else f"; {(proc.stderr or proc.stdout)[-1500:]}")
+
+
 ITEMS = [("cold under CUDA graphs reads above warm", item_cold_graphs),
          ("graph replays aligned across ranks", item_graph_alignment),
          ("first calls apart from the timed ones, without connections", item_first_calls),
@@ -470,23 +487,6 @@ def item_hostid_eager_connect(launch: Launch, out: Path) -> tuple[str, str]:
     verdict, detail = judge_checks(results(res), 2, proc.returncode)
     recorded = (run_line.get("torch") or {}).get("nccl_runtime_connect")
     return (verdict if recorded == "0" else FAIL), f"{detail}; recorded {recorded!r}"
-
-
-def item_replay(launch: Launch, out: Path, ranks: int | None = None) -> tuple[str, str]:
-    """The replay on NCCL (DDP over every rank) with GEMM compute slices: it runs, and says its kernel is gemm."""
-    ranks = ranks or launch.ranks
-    if ranks < 2:
-        return SKIP, "data parallelism needs 2 ranks"
-    res = out / f"replay-{ranks}.jsonl"
-    argv = ["microbench", "replay", "--backend", "torch", "--device", "cuda", "--hidden", "256", "--layers", "2",
-            "--heads", "4", "--seq", "64", "--scheme", "ddp", "--dp", str(ranks), "--tflops", "5", "--iterations",
-            "2", "--out", str(res)]
-    proc = run(launch.command(argv, None if ranks == launch.ranks else ranks), launch.env())
-    replays = [r for r in records(res) if r["type"] == "replay"]
-    kernel = (replays[0].get("compute") or {}).get("kernel") if replays else None
-    ok = proc.returncode == 0 and replays and kernel == "gemm"
-    return (PASS if ok else FAIL), f"exit {proc.returncode}; compute kernel {kernel}" + (
-        "" if ok else f"; {(proc.stderr or proc.stdout)[-1500:]}")
 
 
 HOSTID_ITEMS = [("in-place allgather/reduce_scatter at n = 2 and 3", item_hostid_in_place),
