@@ -71,6 +71,12 @@ def test_modes_and_skips_are_reported_as_such(checks, tmp_path, monkeypatch, cap
     assert checks.main(["--hostid-per-rank", "--nodes", "2", "--out", str(tmp_path)]) == 2
 
 
+def test_every_command_has_a_time_limit(checks, monkeypatch):
+    monkeypatch.setattr(checks, "TIMEOUT", 1)
+    proc = checks.run(["sleep", "30"])
+    assert proc.returncode == 124 and "timed out after 1 s" in proc.stderr
+
+
 def test_items_that_need_more_ranks_skip_on_one_gpu(checks, tmp_path):
     one = checks.Launch(1)
     for item in (checks.item_p2p_graphs, checks.item_distinct_gpus, checks.item_nccl_connect, checks.item_replay):
