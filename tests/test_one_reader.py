@@ -28,6 +28,7 @@ READERS = {
 OTHER_INPUTS = {
     "benchmarks/workload_sizes.py": "a `microbench workload --json` file (--sizes-from)",
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
+    "cluster/cache_folder.py": "what microbench remembers between launches in its cache folder (mpicc -show, the launcher)",
     "cluster/facts.py": "/proc and /sys facts of the machine",
     "cluster/launch.py": "writes the --np parent's signal note",
     "cluster/links.py": "/sys facts of a host's links (or a recorded host's copy of them)",

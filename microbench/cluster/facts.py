@@ -8,10 +8,12 @@ import mmap
 import os
 import platform
 import re
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 import microbench
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 ENV_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "MPIR_CVAR_", "MPICH_", "UCX_", "FI_", "I_MPI_", "NCCL_",
                  "GLOO_", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "MICROBENCH_")
@@ -37,6 +39,8 @@ def slurm_metadata() -> dict | None:
 
 
 def versions() -> dict:
+    import numpy as np
+
     out = {"microbench": microbench.__version__, "python": platform.python_version(), "numpy": np.__version__}
     try:
         import mpi4py
