@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""What each rank of a launch costs before it measures: file-system calls, modules imported and import time,
+counted inside every process (no strace), beside the floor that any Python MPI program pays.
+
+Each process runs under a small counter (``COUNTER`` below, written to a temporary file and run as the
+program): it adds an audit hook (PEP 578) and wraps the ``stat`` family, then runs the command as ``python``
+would, and at exit writes one JSON line per process. Counted, as calls that reach the file system by path:
+
+- ``open``: every file opened (the ``open`` audit event: builtins ``open``, ``io.open_code`` -- each module's
+  ``.pyc`` or zip archive --, ``os.open``);
+- ``stat``: ``stat``, ``lstat``, ``access``, ``readlink``, ``scandir``/``listdir`` of a folder, wrapped in both
+  ``os`` and ``posix`` (so the import system's own stats of each folder and file on ``sys.path`` count);
+- ``write``: ``mkdir``, ``rename``/``replace``, ``remove``, ``rmdir``, ``utime``, ``chmod``;
+- ``dlopen``: each extension module and ctypes library loaded (the dynamic loader's own search is not seen).
+
+Of those, ``shared`` counts the calls whose path is not node-local (``/proc``, ``/sys``, ``/dev``, ``/run``,
+``/tmp``): what lands on the file system holding the Python installation, the environment and the home folder,
+a parallel file system's metadata server on most clusters (dlopens count there). The script's own folder is in
+``/tmp``, first on ``sys.path``: its stats count as local, the same for every scenario.
+
+Not counted: what C code does by itself (the MPI library, numpy's and the loader's searches, ``fstat`` of an
+open descriptor). Those are the same with and without microbench; ``--strace`` counts them too (every
+syscall that names a path, per process) where strace is installed, as a cross-check. Import time is the time
+spent in the import system's outermost ``_find_and_load`` calls (what ``python -X importtime`` sums at the top).
+
+Scenarios (each launched as ``--np`` ranks under the MPI's mpiexec, in the same environment):
+
+- ``floor``: ``python -c "from mpi4py import MPI; import numpy"``, the floor;
+- ``run``: ``microbench run allreduce -m 8 -i 100 -x 10 --out DIR`` (rank 0 writes the records);
+- ``run (zipapp)``: the same from ``scripts/build_zipapp.py``'s archive (``--zipapp PATH``, else built here);
+- ``replay``: ``microbench replay --hidden 256 --layers 1 --heads 4 --scheme ddp --dp N --iterations 3``;
+- ``--np parent``: the process ``microbench run --np N`` starts before mpiexec (alone, not its ranks);
+- ``check``, ``compare``, ``history``, ``report``: the verbs that read results, on ``run``'s file (one process).
+
+    python scripts/startup_costs.py [--np 2] [--repeat 3] [--strace] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+COUNTER = r'''
+import os, posix, sys, time
+_t0 = time.perf_counter()
+_calls = {"open": 0, "stat": 0, "write": 0, "dlopen": 0}
+_paths = []
+_LOCAL = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp")  # on every node, never the shared file system
+_WRITE = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.utime", "os.chmod", "os.truncate", "os.link",
+          "os.symlink"}
+def _hook(event, args):
+    if event == "open":
+        if args and isinstance(args[0], (str, bytes, os.PathLike)):
+            _calls["open"] += 1
+            _paths.append(("open", os.fsdecode(args[0])))
+    elif event in ("os.listdir", "os.scandir"):
+        _calls["stat"] += 1
+        _paths.append(("list", os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes)) else "."))
+    elif event in _WRITE:
+        _calls["write"] += 1
+        _paths.append(("write", os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes)) else "."))
+    elif event == "ctypes.dlopen":
+        _calls["dlopen"] += 1
+    elif event == "import" and len(args) > 1 and isinstance(args[1], str) and args[1].endswith((".so", ".pyd")):
+        _calls["dlopen"] += 1
+sys.addaudithook(_hook)
+def _wrap(fn):
+    def counted(path, *a, **k):
+        _calls["stat"] += 1
+        _paths.append(("stat", os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)))
+        return fn(path, *a, **k)
+    return counted
+for _name in ("stat", "lstat", "access", "readlink"):
+    _wrapped = _wrap(getattr(posix, _name))
+    setattr(posix, _name, _wrapped)
+    setattr(os, _name, _wrapped)
+import _frozen_importlib as _fi
+_depth, _import_s = [0], [0.0]
+_find_and_load = _fi._find_and_load
+def _timed(name, import_):
+    _depth[0] += 1
+    start = time.perf_counter() if _depth[0] == 1 else 0.0
+    try:
+        return _find_and_load(name, import_)
+    finally:
+        _depth[0] -= 1
+        if _depth[0] == 0:
+            _import_s[0] += time.perf_counter() - start
+_fi._find_and_load = _timed
+def _report():
+    rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID")
+                 if v in os.environ), "-")
+    local = sum(1 for _, p in _paths if p.startswith(_LOCAL))
+    line = {"pid": os.getpid(), "rank": rank, "calls": dict(_calls), "total": sum(_calls.values()),
+            "node_local": local, "modules": sorted(sys.modules), "import_s": round(_import_s[0], 4),
+            "wall_s": round(time.perf_counter() - _t0, 4)}
+    if os.environ.get("MB_COUNT_PATHS") == "1": line["paths"] = _paths
+    with open(os.environ["MB_COUNT_OUT"], "a") as f:
+        f.write(json.dumps(line) + "\n")
+import atexit, json
+atexit.register(_report)
+import runpy
+_argv = sys.argv[1:]
+if _argv[0] == "-c":
+    sys.argv = ["-c", *_argv[2:]]
+    exec(compile(_argv[1], "<string>", "exec"), {"__name__": "__main__"})
+elif _argv[0] == "-m":
+    sys.argv = [_argv[1], *_argv[2:]]
+    runpy.run_module(_argv[1], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = _argv
+    sys.path.insert(0, _argv[0])
+    runpy.run_path(_argv[0], run_name="__main__")
+'''
+
+
+def counter_file(folder: Path) -> Path:
+    """The counter, written where the processes can run it."""
+    path = folder / "mb_count.py"
+    path.write_text(COUNTER)
+    return path
+
+
+def mpiexec(nranks: int) -> tuple[list[str], dict[str, str]]:
+    """The mpiexec microbench's --np uses, and the environment it adds."""
+    from microbench.cluster.launch import mpiexec_command
+    from microbench.cluster.mpi_runtime import launcher_library
+
+    prefix, abi = launcher_library()
+    return mpiexec_command(prefix, abi, nranks)
+
+
+def count(argv: list[str], extra: dict[str, str], out: Path, keep_paths: bool = False,
+          timeout: float = 300) -> list[dict]:
+    """Run ``argv`` (its python processes under the counter); one record per counted process."""
+    out.unlink(missing_ok=True)
+    env = {**os.environ, **extra, "MB_COUNT_OUT": str(out), "MB_COUNT_PATHS": "1" if keep_paths else "0"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a normal install: bytecode written once, read after
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"startup_costs: {' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode()[-600:]}")
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def strace_counts(argv: list[str], extra: dict[str, str], folder: Path) -> list[int]:
+    """Per python process, the syscalls that name a path (strace ``%file``) and directory reads, sorted."""
+    trace = folder / "trace"
+    shutil.rmtree(trace, ignore_errors=True)
+    trace.mkdir()
+    env = {**os.environ, **extra}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run(["strace", "-f", "-ff", "-qq", "-e", "trace=%file,getdents64", "-o", str(trace / "t"), *argv],
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
+    counts, exe = [], f'execve("{sys.executable}"'
+    for f in trace.iterdir():
+        lines = f.read_text(errors="replace").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith(exe)]
+        if starts:  # this interpreter's process: what it did from its exec on
+            counts.append(sum(1 for line in lines[starts[-1]:] if not line.startswith(("+++", "---"))))
+    return sorted(counts)
+
+
+def scenarios(nranks: int, folder: Path, zipapp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
+    """name -> (argv, environment additions, which processes to report: 'ranks' or 'one')."""
+    runner, extra = mpiexec(nranks)
+    py, counter = sys.executable, str(counter_file(folder))
+    out = str(folder / "results.jsonl")
+    run = ["run", "allreduce", "-m", "8", "-i", "100", "-x", "10", "--out", out]
+    replay = ["replay", "--hidden", "256", "--layers", "1", "--heads", "4", "--scheme", "ddp", "--dp", str(nranks),
+              "--iterations", "3", "--out", str(folder / "replay.jsonl")]
+    spec = folder / "spec.toml"
+    spec.write_text('[[rule]]\nname = "latency"\nbenchmark = "allreduce"\nmax_latency_us = 1e9\n')
+    return {
+        "floor": ([*runner, py, counter, "-c", "from mpi4py import MPI; import numpy"], extra, "ranks"),
+        "run": ([*runner, py, counter, "-m", "microbench", *run], extra, "ranks"),
+        "run (zipapp)": ([*runner, py, counter, str(zipapp), *run], extra, "ranks"),
+        "replay": ([*runner, py, counter, "-m", "microbench", *replay], extra, "ranks"),
+        "--np parent": ([py, counter, "-m", "microbench", "run", "--np", str(nranks), *run[1:]], {}, "one"),
+        "check": ([py, counter, "-m", "microbench", "check", out, "--spec", str(spec)], {}, "one"),
+        "compare": ([py, counter, "-m", "microbench", "compare", "--baseline", out, "--new", out], {}, "one"),
+        "history": ([py, counter, "-m", "microbench", "history", out], {}, "one"),
+        "report": ([py, counter, "-m", "microbench", "report", out, "-o", str(folder / "report.html")], {}, "one"),
+    }
+
+
+def summarize(records: list[list[dict]], floor_modules: set[str] | None) -> dict:
+    """Median over repeats of each process's figures (processes in rank order)."""
+    by_rank: dict[str, list[dict]] = {}
+    for rep in records:
+        for r in rep:
+            by_rank.setdefault(r["rank"], []).append(r)
+    out = {}
+    for rank, rs in sorted(by_rank.items()):
+        mods = rs[-1]["modules"]
+        out[rank] = {"calls": statistics.median(r["total"] for r in rs),
+                     "shared": statistics.median(r["total"] - r["node_local"] for r in rs),
+                     "by_kind": {k: statistics.median(r["calls"][k] for r in rs) for k in rs[0]["calls"]},
+                     "modules": len(mods),
+                     "microbench_modules": sum(1 for m in mods if m == "microbench" or m.startswith("microbench.")),
+                     "beyond_floor": (sum(1 for m in mods if m not in floor_modules) if floor_modules else None),
+                     "import_s": statistics.median(r["import_s"] for r in rs),
+                     "wall_s": statistics.median(r["wall_s"] for r in rs)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--np", type=int, default=2, help="ranks per launch (default 2)")
+    p.add_argument("--repeat", type=int, default=3, help="launches per scenario; figures are medians (default 3)")
+    p.add_argument("--zipapp", type=Path, help="a microbench.pyz to use (default: built here)")
+    p.add_argument("--only", nargs="*", help="scenarios to run (default: all)")
+    p.add_argument("--strace", action="store_true", help="also count every path syscall per process with strace")
+    p.add_argument("--json", type=Path, help="write the figures here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mb-startup-") as tmp:
+        folder = Path(tmp)
+        zipapp = args.zipapp
+        if zipapp is None:
+            zipapp = folder / "microbench.pyz"
+            subprocess.run([sys.executable, str(Path(__file__).with_name("build_zipapp.py")), "-o", str(zipapp)],
+                           check=True, stdout=subprocess.DEVNULL)
+        table = scenarios(args.np, folder, zipapp)
+        chosen = [n for n in table if not args.only or n in args.only]
+        if "run" not in chosen and any(n in chosen for n in ("check", "compare", "history", "report")):
+            chosen.insert(0, "run")  # the reading verbs read run's file
+        figures, floor_modules = {}, None
+        for name in ["floor", *[n for n in chosen if n != "floor"]]:
+            cmd, extra, _ = table[name]
+            count(cmd, extra, folder / "warm.jsonl")  # untimed: bytecode written, the native loop built
+            reps = [count(cmd, extra, folder / "count.jsonl") for _ in range(args.repeat)]
+            if name == "floor":
+                floor_modules = set(reps[-1][0]["modules"]) if reps[-1] else set()
+            figures[name] = {"processes": summarize(reps, floor_modules)}
+            if args.strace and shutil.which("strace"):
+                figures[name]["strace"] = strace_counts(cmd, extra, folder)
+        floor_calls = statistics.median(v["calls"] for v in figures["floor"]["processes"].values())
+        floor_shared = statistics.median(v["shared"] for v in figures["floor"]["processes"].values())
+        print(f"# {args.np} ranks, {args.repeat} launches each; python {sys.version.split()[0]}; file-system calls "
+              f"by path counted in each process (open, stat family, folder reads, writes, libraries loaded)")
+        print(f"{'scenario':<15} {'rank':>4} {'fs calls':>9} {'x floor':>8} {'shared':>7} {'x floor':>8} "
+              f"{'open':>6} {'stat':>6} {'dlopen':>6} "
+              f"{'modules':>8} {'microbench':>10} {'import s':>9}" + ("  strace" if args.strace else ""))
+        for name, fig in figures.items():
+            for rank, f in fig["processes"].items():
+                trace = fig.get("strace")
+                print(f"{name:<15} {rank:>4} {f['calls']:>9.0f} {f['calls'] / floor_calls:>7.2f}x "
+                      f"{f['shared']:>7.0f} {f['shared'] / floor_shared:>7.2f}x "
+                      f"{f['by_kind']['open']:>6.0f} {f['by_kind']['stat']:>6.0f} {f['by_kind']['dlopen']:>6.0f} "
+                      f"{f['modules']:>8} {f['microbench_modules']:>10} {f['import_s']:>9.3f}"
+                      + (f"  {trace}" if trace is not None else ""))
+        if args.json:
+            args.json.write_text(json.dumps({"np": args.np, "repeat": args.repeat, "floor_calls": floor_calls,
+                                             "floor_shared": floor_shared,
+                                             "figures": figures}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
