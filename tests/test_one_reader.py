@@ -29,6 +29,7 @@ OTHER_INPUTS = {
     "benchmarks/workload_sizes.py": "a `microbench workload --json` file (--sizes-from)",
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
     "cluster/facts.py": "/proc and /sys facts of the machine",
+    "cluster/machine.py": "/proc/loadavg, /proc/stat and /proc/PID/stat (what else the host was doing)",
     "cluster/launch.py": "writes the --np parent's signal note",
     "cluster/mpi_runtime.py": "/proc/self/maps (which libmpi was loaded)",
     "gate/reframe_references.py": "a ReFrame reference file (JSON) it writes and reads back",

@@ -37,7 +37,9 @@ ScanNotes = ReadNotes  #: the notes both readers keep
 
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
-              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
+              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version", "machine")
+#: End-line fields kept: the status, and what else the hosts were doing over the run (issue 39).
+END_FIELDS = ("run_id", "status", "time_utc", "machine")
 #: The pairs test's fields (kept per record that has them; outliers recomputed from the matrix).
 PAIRS_FIELDS = ("metric", "unit", "labels", "participant_ranks", "matrix_unit", "matrix", "outliers",
                 "outlier_rule", "node_outliers", "node_outlier_rule")
@@ -57,7 +59,7 @@ def line_type() -> object:
     record types the gate tools skip (projected to their tag alone)."""
     views = [projection.project(model.RunRecord, set(RUN_FIELDS), "RunView"),
              projection.project(model.ResultRecord, result_paths(), "ResultView"),
-             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView")]
+             projection.project(model.EndRecord, set(END_FIELDS), "EndView")]
     views += [projection.project(kind, set(), f"{kind.__name__[:-6]}View")
               for name, kind in model.RECORD_TYPES.items() if name not in ("run", "result", "end")]
     return Union[tuple(views)]
