@@ -15,6 +15,10 @@ new batch is one more day: it carries a day's spread even when its own runs agre
 Runs taken in alternating pairs (baseline, new, baseline, new ... in start-time order): ``paired_test``,
 a t-test on the log ratio within each pair, where a spell that moves both runs of a pair cancels.
 
+One run against several (``prediction_test``: one side has a single run, the other 3 or more): the single run
+is judged as one more draw of the other side's runs, t = (log single - mean log others) / (s_others sqrt(1 + f /
+n)), n - 1 degrees of freedom: tonight's run against the last n nights.
+
 Log values are winsorized (``robust_logs``) before any test, from 8 values on: one starved launch must not
 decide a variance.
 
@@ -138,6 +142,24 @@ def run_test(baseline: Sequence[float], new: Sequence[float], rho: float = 0.0) 
     df = (vb + vn) ** 2 / ((vb ** 2 / max(eb - 1, 1e-9)) + (vn ** 2 / max(en - 1, 1e-9)))
     df = max(1.0, min(df, eb + en - 2))
     return RatioTest(diff, se, df, tdist.two_sided_p(diff / se, df), "runs")
+
+
+def prediction_test(baseline: Sequence[float], new: Sequence[float], rho: float = 0.0) -> RatioTest | None:
+    """One run on one side against 3 or more on the other, judged against the many runs' spread (a prediction
+    test: the single run is taken as one more draw of the others' distribution); None otherwise."""
+    b, n = robust_logs(baseline), robust_logs(new)
+    if len(n) == 1 and len(b) >= 3:
+        many, one, sign = b, float(n[0]), 1.0
+    elif len(b) == 1 and len(n) >= 3:
+        many, one, sign = n, float(b[0]), -1.0
+    else:
+        return None
+    k = len(many)
+    diff = sign * (one - float(many.mean()))
+    se = math.sqrt(float(many.var(ddof=1)) * (1 + ar1_factor(k, rho) / k))
+    if se == 0:
+        return RatioTest(diff, 0.0, float(k - 1), 0.0 if diff else 1.0, "prediction")
+    return RatioTest(diff, se, float(k - 1), tdist.two_sided_p(diff / se, k - 1), "prediction")
 
 
 def block_test(day_values: Sequence[float], new: Sequence[float], rho: float = 0.0) -> RatioTest | None:
