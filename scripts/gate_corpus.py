@@ -54,9 +54,13 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def _commit() -> str:
+    """HEAD's commit, marked ``+changes`` when the checkout's package differs from it."""
     try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "microbench"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return head + (" +changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -74,6 +78,7 @@ def collect(args) -> int:
     if unknown:
         raise SystemExit(f"unknown state(s) {', '.join(unknown)}: choose from {', '.join(STATES)}")
     rng = random.Random(args.seed)
+    commit = _commit()  # the code launched is this commit's (copied above), whatever the checkout becomes
     began, launches, failed = time.monotonic(), 0, 0
     for night in range(args.nights):
         order = states[:]
@@ -97,7 +102,7 @@ def collect(args) -> int:
             finally:
                 _stop(procs)
     took = time.monotonic() - began
-    manifest = {"made_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
+    manifest = {"made_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
                 "command": ["microbench", *RUN_ARGS], "nights": args.nights, "per_state": args.per_state,
                 "states": {s: f"{STATES[s]} busy-loop process(es) of ours beside the 2 ranks" for s in states},
                 "launches": launches, "failed": failed, "seconds": round(took, 1),

@@ -3,7 +3,7 @@
 - FAIL: a configuration judged REGRESSION, and the machine's state did not change with it.
 - INCONCLUSIVE, either
   - REGRESSIONs came with a change of the machine's state in the direction that would explain them (the new
-    runs' other processes' load higher by ``conditions.MACHINE_STEP_CPUS`` or more): no test on these runs
+    runs' contention higher by a factor of ``conditions.MACHINE_STEP`` or more): no test on these runs
     can tell the machine from the code, so the gate neither fails nor passes; or
   - no REGRESSION, but some configuration could not have seen a change of ``must_see``: no test at all (one run
     a side, or one against two), or its 90 % detectable change (``compare_power``) above ``must_see``. The text

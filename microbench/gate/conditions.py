@@ -10,9 +10,11 @@ ports), also where an older record kept them among its conditions. A step that s
 the conditions changed is "explained" by it; one where nothing changed is not.
 
 The machine's state (``machine`` of the run and end lines: ``cluster/machine.py``) is not a condition: it may
-explain a change but must not hide one. ``busy_cpus`` reads one figure per run (the other processes' CPU
-demand), and ``machine_change`` says when two groups of runs differ in it in the direction that would explain a
-change for the worse; a gate then says INCONCLUSIVE (it could not tell the machine from the code), never PASS.
+explain a change but must not hide one. ``busy_cpus`` reads the other processes' CPU demand of a run and
+``contention`` how oversubscribed its busiest host was (every runnable task, the run's own ranks included, per
+CPU; 1 when each has a CPU); ``machine_change`` says when two groups of runs differ in contention by a factor of
+``MACHINE_STEP`` or more, in the direction that would explain a change for the worse; a gate then says
+INCONCLUSIVE (it could not tell the machine from the code), never PASS.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from typing import Any, Iterable
 from microbench.cluster.conditions import per_launch_reason
 from microbench.results.selection import host_set, mpi_text
 
-#: Two groups of runs whose medians of ``busy_cpus`` differ by at least this much (CPUs' worth of other
-#: processes' demand) ran on machines in different states.
-MACHINE_STEP_CPUS = 0.5
+#: Two groups of runs whose medians of ``contention`` differ by at least this factor ran on machines in different
+#: states (a quiet 2-CPU host against one with a third busy process: 1.0 against 1.5; a host whose other tenants
+#: kept 15 or 17 tasks runnable: 8.5 against 9.5, the same state).
+MACHINE_STEP = 1.25
 
 
 def facts(meta: dict) -> dict[str, Any]:
@@ -97,27 +100,46 @@ def busy_cpus(run) -> float | None:
     return out
 
 
-def busy_median(runs: Iterable) -> float | None:
-    """The median of ``busy_cpus`` over the runs that recorded it (None: none did)."""
-    values = [v for v in (busy_cpus(r) for r in runs) if v is not None]
+def contention(run) -> float | None:
+    """How oversubscribed the run's busiest host was: (other processes' demand + the run's ranks there) / CPUs,
+    at least 1 (None: not recorded)."""
+    per_host = (run.meta.get("ranks_per_host") if isinstance(getattr(run, "meta", None), dict) else None) or {}
+    out = None
+    for s in _states(run):
+        load, cpus = s.get("load_avg"), s.get("cpus")
+        if not (isinstance(load, list) and load and isinstance(load[0], (int, float)) and isinstance(cpus, int)
+                and cpus > 0):
+            continue
+        mine = per_host.get(s.get("host"), 0) if isinstance(per_host, dict) else 0
+        mine = mine if isinstance(mine, int) else 0
+        steal = s.get("steal_cpus") if isinstance(s.get("steal_cpus"), (int, float)) else 0.0
+        others = max(0.0, float(load[0]) - mine) + float(steal)
+        value = max(1.0, (others + mine) / cpus)
+        out = value if out is None else max(out, value)
+    return out
+
+
+def _median(runs: Iterable, figure) -> float | None:
+    values = [v for v in (figure(r) for r in runs) if v is not None]
     return statistics.median(values) if values else None
 
 
 def machine_text(runs: list) -> str:
-    """``load of others 1.2 CPUs (median of 8 runs, 0.9..1.6)``, or ``not recorded``."""
+    """``other processes' load 1.2 CPUs, contention x1.6 (median of 8 runs)``, or ``not recorded``."""
     values = sorted(v for v in (busy_cpus(r) for r in runs) if v is not None)
     if not values:
         return "not recorded"
-    median = statistics.median(values)
     spread = f", {values[0]:.1f}..{values[-1]:.1f}" if len(values) > 1 else ""
-    return f"other processes' load {median:.1f} CPUs (median of {len(values)} run(s){spread})"
+    return (f"other processes' load {statistics.median(values):.1f} CPUs{spread}, contention "
+            f"x{_median(runs, contention):.2f} (median of {len(values)} run(s))")
 
 
 def machine_change(before: list, after: list, worse: bool = True) -> str | None:
     """Why the machine may explain a change between ``before`` and ``after`` (runs), or None: their medians of
-    ``busy_cpus`` differ by ``MACHINE_STEP_CPUS`` or more, and in the direction that would explain it (busier
+    ``contention`` differ by a factor of ``MACHINE_STEP`` or more, in the direction that would explain it (busier
     after a change for the worse, quieter after one for the better)."""
-    a, b = busy_median(before), busy_median(after)
-    if a is None or b is None or abs(b - a) < MACHINE_STEP_CPUS or (b > a) != worse:
+    a, b = _median(before, contention), _median(after, contention)
+    if a is None or b is None or max(a, b) < MACHINE_STEP * min(a, b) or (b > a) != worse:
         return None
-    return f"machine: other processes' load {a:.1f} -> {b:.1f} CPUs"
+    return (f"machine: contention x{a:.2f} -> x{b:.2f} (other processes' load {_median(before, busy_cpus):.1f} -> "
+            f"{_median(after, busy_cpus):.1f} CPUs)")

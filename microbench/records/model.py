@@ -275,6 +275,9 @@ class OutlierRule(Block, kw_only=True):
     cells: Count | UnsetType = UNSET
     nodes: Count | UnsetType = UNSET
     mad_of: str | UnsetType = UNSET
+    # issue 39: a pairs test measured in repeated passes flags only what stands out in a majority of them
+    passes: Count | UnsetType = UNSET
+    passes_needed: Count | UnsetType = UNSET
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -489,6 +492,8 @@ class ResultRecord(Record, tag="result", kw_only=True):
     outlier_rule: OutlierRule | UnsetType = UNSET
     node_outliers: list[NodeOutlier] | UnsetType = UNSET
     node_outlier_rule: OutlierRule | UnsetType = UNSET
+    # issue 39: each pass's matrix of a pairs test measured in repeated passes (``matrix`` is their cellwise median)
+    repeats: list[list[list[Optional[Annotated[float, Meta(ge=0, le=MAX_DURATION_US)]]]]] | UnsetType = UNSET
     time_utc: Time | UnsetType = UNSET
     wall_s: Seconds | UnsetType = UNSET
     requested_bytes: Bytes | UnsetType = UNSET

@@ -248,7 +248,9 @@ def _recomputed(rec) -> dict:
     higher_is_worse = (rec.matrix_unit if _present(rec.matrix_unit) else "us") == "us"
     rule = rec.outlier_rule if _present(rec.outlier_rule) else None
     z_limit = rule.z_limit if rule is not None else OUTLIER_Z
-    return flag_matrix(rec.matrix, list(rec.labels), higher_is_worse, z_limit)
+    repeats = getattr(rec, "repeats", msgspec.UNSET)
+    return flag_matrix(rec.matrix, list(rec.labels), higher_is_worse, z_limit,
+                       repeats if _present(repeats) else None)
 
 
 def _check_relations(decoded: Decoded, results: list, latency: np.ndarray, numbers: np.ndarray) -> None:

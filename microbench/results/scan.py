@@ -42,7 +42,7 @@ RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "ho
 END_FIELDS = ("run_id", "status", "time_utc", "machine")
 #: The pairs test's fields (kept per record that has them; outliers recomputed from the matrix).
 PAIRS_FIELDS = ("metric", "unit", "labels", "participant_ranks", "matrix_unit", "matrix", "outliers",
-                "outlier_rule", "node_outliers", "node_outlier_rule")
+                "outlier_rule", "node_outliers", "node_outlier_rule", "repeats")
 #: Result fields read besides the key, the pairs fields and the metrics' numbers.
 RESULT_FIELDS = ("run_id", "time_utc", "requested_bytes", "check", "latency_us", "overlap.overlap_pct")
 

@@ -141,7 +141,8 @@ def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pai
     from microbench.cluster.mpi_runtime import shadow_warning
 
     o = rc.opts
-    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(pairs_plan.schedule) if pairs_plan else 0)
+    pair_rounds = 2 * len(pairs_plan.schedule) * max(1, o.pair_repeats) if pairs_plan else 0
+    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + pair_rounds
     rc.progress = Progress(total * (o.cycles or 1))
     rc.out = Output(o.out, o.csv, TerminalTable(progress=rc.progress), samples_path=o.samples)
     state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
