@@ -225,6 +225,6 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
               + (f" ({len(j.run_ids)} run(s): repeat before acting)" if j.short else "") for j in judgements
               if j.criterion in ("max_rank_skew", "max_outliers") and not j.passed]
     if outcome.outcome == "INCONCLUSIVE":
-        lines.append(f"  INCONCLUSIVE  judged on fewer runs than the rule's min_runs = {rule.min_runs}: run more "
-                     "before acting on it")
+        lines += [f"  INCONCLUSIVE  {j.message()}" for j in outcome.judgements
+                  if j.criterion == "min_runs" and j.short][:8]
     return lines
