@@ -131,15 +131,15 @@ class mb_second_misspelt_strict(microbench_benchmark):
     sizes = parameter(['8'])
     run_options = SHORT
     allow_bundled_mpi = True
-    reference_files = [{loose!r}, 'misspelt.json']  # the first covers local:default, the second is misspelt
+    reference_files = ['good.json', 'misspelt.json']  # the first covers local:default, the second is misspelt
     strict_references = True
 
 
 @rfm.simple_test
 class mb_hang(microbench_benchmark):
     benchmark = parameter(['allreduce'])
-    sizes = parameter(['8:64K'])
-    run_options = ['-i', '20000000', '-x', '3']  # far longer than the time limit
+    sizes = parameter(['8:64M'])
+    run_options = ['-x', '3']  # the small sizes take a second, the whole sweep far longer than the time limit
     allow_bundled_mpi = True
     time_limit = '8s'
     records_dir = 'kept'
@@ -215,6 +215,7 @@ def session(tmp_path_factory):
     emit_references(tmp, "impossible", IMPOSSIBLE_SPEC)
     emit_references(tmp, "misspelt", '[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_us = 1e6\n',
                     scope="local:lcoal")
+    emit_references(tmp, "good", '[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_us = 1e6\n')
     done = reframe(tmp, tmp_path_factory.mktemp("elsewhere"), "-S", "mb_typed.allow_bundled_mpi=False",
                    "-S", "mb_typed.data_check=false")
     assert (tmp / "report.json").exists(), done.output
@@ -389,7 +390,7 @@ def test_a_job_ended_by_its_time_limit_keeps_its_partial_records(session):
     cases, _, _ = session
     hang = case(cases, "mb_hang", "allreduce")
     assert (hang["result"], hang["fail_phase"]) == ("fail", "run"), hang["fail_reason"]
-    kept = list((Path(hang["filename"]).parent / "kept").glob("mb_hang-allreduce-8_64K-*.jsonl"))
+    kept = list((Path(hang["filename"]).parent / "kept").glob("mb_hang-allreduce-8_64M-*.jsonl"))
     assert len(kept) == 1, kept
     recs = read_jsonl(kept[0])
     assert recs[0]["type"] == "run" and any(r["type"] == "result" for r in recs)

@@ -205,7 +205,7 @@ def step_lines(hist: history.History, args, code: int) -> list[str]:
             lines.append(_step_line(hist, found))
     unexplained = sum(f.worse and not f.explained for f in hist.steps)
     word, reasons = hist.outcome(must_see_of(args))
-    verdict = f"{word}" + (f": {'; '.join(reasons)}" if reasons else "")
+    verdict = f"{word}" + (f": {'; '.join(reasons)}" if reasons and word == "INCONCLUSIVE" else "")
     lines.append(f"# {len(hist.steps)} step(s), {unexplained} for the worse with no recorded change"
                  + (f" -> {verdict} (--fail-on-step, exit {code})" if args.fail_on_step
                     else f"; as a gate (--fail-on-step): {verdict}"))
