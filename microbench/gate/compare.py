@@ -38,8 +38,8 @@ import numpy as np
 from microbench.gate import compare_power as power
 from microbench.gate.conditions import machine_change, machine_text
 from microbench.gate.family import holm
-from microbench.gate.ratiotest import (RatioTest, alternate, block_test, paired_test, prediction_test, run_correlation,
-                                       run_test)
+from microbench.gate.ratiotest import (RatioTest, alternate, block_test, paired_test, permutation_p, permutation_reaches,
+                                       prediction_test, run_correlation, run_test)
 from microbench.results.columns import Table, median_of, per_run_medians
 from microbench.results.keys import ConfigKey
 from microbench.results.load import run_label, run_time
@@ -312,6 +312,11 @@ def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> R
 
 
 def _judge(result: Comparison, higher_better: bool) -> None:
+    level = result.alpha / max(result.tested, 1)  # Holm's first step: the smallest p a row must reach
+    for row in result.rows:
+        if row.test is not None and row.test.method == "runs" and \
+                permutation_reaches(len(row.baseline), len(row.new), level):
+            row.test = row.test.with_p(max(row.test.p, permutation_p(row.baseline, row.new)))
     adjusted = holm([r.test.p if r.test else None for r in result.rows])
     level = result.interval_confidence
     for row, adj in zip(result.rows, adjusted):

@@ -1,7 +1,11 @@
 """A comparison's outcome (``gate/outcome.py``'s three): FAIL, INCONCLUSIVE or PASS, and the words that say why.
 
-- FAIL: a configuration judged REGRESSION, and the machine's state did not change with it.
+- FAIL: a configuration judged REGRESSION by a test of two batches of runs (or days), and the machine's state
+  did not change with it.
 - INCONCLUSIVE, either
+  - the REGRESSIONs rest on one run (one run against 3 or more: the prediction test): one run cannot rule out a
+    rare mode of the machine (on the real-launch corpus, one same-code run against 8 had a configuration beyond
+    the 8's spread in 23 of 100 draws, mostly sizes that are bimodal between launches); rerun to confirm;
   - REGRESSIONs came with a change of the machine's state in the direction that would explain them (the new
     runs' contention higher by a factor of ``conditions.MACHINE_STEP`` or more): no test on these runs
     can tell the machine from the code, so the gate neither fails nor passes; or
@@ -45,6 +49,12 @@ def decide(result: Comparison) -> Decision:
     if regressions and change:
         reason = (f"{regressions} REGRESSION row(s), but the machine's state changed with them ({change}): "
                   "rerun both sides on a steady machine, or interleave them")
+        return Decision(INCONCLUSIVE, f"INCONCLUSIVE: {reason}", reasons=[reason])
+    single = [r for r in result.rows if r.verdict == REGRESSION and r.test is not None and r.test.method == "prediction"]
+    if regressions and len(single) == regressions:
+        reason = (f"{regressions} configuration(s) of the one run lie beyond the other side's spread (REGRESSION row "
+                  "by row), but one run cannot rule out a rare mode of the machine: rerun it (2 or more runs a side "
+                  "give a FAIL with a stated error rate)")
         return Decision(INCONCLUSIVE, f"INCONCLUSIVE: {reason}", reasons=[reason])
     if regressions:
         extra = _untested_text(result)
