@@ -374,3 +374,40 @@ def test_alternating_runs_are_compared_in_pairs(tmp_path, capsys):
     assert unpaired.p > 0.05  # the same runs judged as two independent batches: lost in the spells
     assert cli("--baseline", base, "--new", new) == 1
     assert "paired t on the log ratio" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------- issue 39: permutation and prediction tests
+def test_the_permutation_p_is_every_split_counted():
+    rng = np.random.default_rng(3)
+    base, new = np.exp(rng.normal(0, 0.1, 5)), np.exp(rng.normal(0.15, 0.1, 4))
+    logs = np.log(np.concatenate([base, new]))
+    observed = abs(logs[5:].mean() - logs[:5].mean())
+    extreme = sum(abs(np.delete(logs, list(c)).mean() - logs[list(c)].mean()) >= observed - 1e-12
+                  for c in combinations(range(9), 5))
+    assert ratiotest.permutation_p(base, new) == pytest.approx(extreme / math.comb(9, 5))
+    assert ratiotest.permutation_reaches(8, 8, 0.05 / 48) and not ratiotest.permutation_reaches(4, 4, 0.05 / 48)
+
+
+def test_compare_keeps_the_larger_of_the_t_and_the_permutation_p(tmp_path):
+    """Two modes (a rare slow mode, as real launches have at some sizes): the t test on 8 + 8 runs is far more
+    sure than the runs allow; the permutation p is what they allow."""
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for i in range(8):
+        write_run(base, [result(p50=1.0 + 0.002 * i)], run_id=f"b{i}", time_utc=f"2026-11-01T0{i}:00:00Z")
+        write_run(new, [result(p50=(1.0 if i < 4 else 1.5) + 0.002 * i + 0.001)], run_id=f"n{i}",
+                  time_utc=f"2026-11-02T0{i}:00:00Z")
+    row, = compare(load_table([base]), load_table([new]), rho=0.0).rows
+    plain = ratiotest.run_test(row.baseline, row.new, 0.0)
+    assert row.test.p == pytest.approx(max(plain.p, ratiotest.permutation_p(row.baseline, row.new)))
+    assert row.test.p >= ratiotest.permutation_p(row.baseline, row.new) > plain.p
+
+
+def test_one_run_against_several_is_a_prediction_test():
+    base = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0]
+    test = ratiotest.prediction_test(base, [1.5])
+    logs = np.log(base)
+    assert test.method == "prediction" and test.df == 7
+    assert test.se == pytest.approx(logs.std(ddof=1) * math.sqrt(1 + 1 / 8))
+    assert test.log_diff == pytest.approx(math.log(1.5) - logs.mean()) and test.p < 1e-6
+    assert ratiotest.prediction_test([1.5], base).log_diff == pytest.approx(-test.log_diff)
+    assert ratiotest.prediction_test(base[:2], [1.5]) is None  # 2 runs: no spread worth the name
