@@ -100,3 +100,11 @@ def test_a_run_records_its_machine_state_and_keeps_per_launch_values_apart(tmp_p
     assert over["window_s"] > 0.1 and over["others_cpus"] > 0.3  # at least most of the busy loop's CPU
     hogged = [b for b in over["busy"] if b["pid"] == hog.pid]
     assert hogged and hogged[0]["cpus"] > 0.2, over["busy"]
+
+
+def test_info_prints_the_list_with_its_reasons():
+    proc = microbench("info", "--conditions", env={"MICROBENCH_SIGNAL_NOTE": "/tmp/x", "UCX_TLS": "rc"})
+    assert proc.returncode == 0, proc.output
+    assert "MICROBENCH_SIGNAL_NOTE: a temporary file each `run --np` launch makes" in proc.stdout
+    last = proc.stdout.splitlines()[-1]
+    assert "UCX_TLS" in last.split(";")[0] and "MICROBENCH_SIGNAL_NOTE" in last.split(";")[1], last

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from microbench import __version__
@@ -17,6 +18,9 @@ from microbench.cluster import launch
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--conditions", action="store_true",
+                   help="print what may explain a step in history (the recorded conditions) and what never does "
+                        "(per-launch values), each with its reason, and this environment's split of them")
 
 
 def collect() -> dict:
@@ -60,6 +64,21 @@ def collect() -> dict:
 
 
 def main(args) -> int:
+    if getattr(args, "conditions", False):
+        from microbench.cluster import conditions
+
+        kept, apart = conditions.split_env(dict(os.environ))
+        if args.json:
+            print(json.dumps({"conditions": [{"name": e.name, "reason": e.reason} for e in conditions.FIELDS],
+                              "recorded_prefixes": list(conditions.RECORDED_PREFIXES),
+                              "per_launch": [{"pattern": p, "reason": w} for p, w in conditions.PER_LAUNCH],
+                              "this_environment": {"conditions": sorted(kept), "per_launch": sorted(apart)}},
+                             indent=2))
+        else:
+            print("\n".join(conditions.table_lines()))
+            print(f"this environment: conditions {', '.join(sorted(kept)) or 'none'}; per-launch "
+                  f"{', '.join(sorted(apart)) or 'none'}")
+        return 0
     found = collect()
     if args.json:
         print(json.dumps(found, indent=2))
