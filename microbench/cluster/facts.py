@@ -13,7 +13,7 @@ import numpy as np
 
 import microbench
 
-from microbench.cluster.conditions import RECORDED_PREFIXES as ENV_PREFIXES, split_env
+from microbench.cluster.conditions import split_env
 
 
 def utc_now() -> str:
