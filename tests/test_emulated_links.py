@@ -152,7 +152,7 @@ def test_check_passes_the_same_cluster_unthrottled(emulated_cluster, tmp_path):
     assert proc.returncode == 0, proc.output
     code, text = _check(out)
     assert "rule 2 PASS: slowest link above 160 Mbit/s" in text, text
-    # rule 1 judges the spread of unthrottled veth links (0.07 to 0.5 GB/s on a loaded machine), which noise
-    # can push past the outlier rule; whatever it says, the exit status must agree with the two verdicts
+    # rule 1 asks for 3 runs (issue 39): on one it is INCONCLUSIVE whatever the noise of unthrottled veth links
+    # (0.07 to 0.5 GB/s on a loaded machine) made the run flag, and never a FAIL
     rule1 = next(line for line in text.splitlines() if line.lstrip().startswith("rule 1 "))
-    assert code == (0 if "rule 1 PASS" in rule1 else 1), text
+    assert rule1.startswith("rule 1 INCONCLUSIVE") and code == 4, text
