@@ -169,19 +169,22 @@ def is_np_parent(nranks: int | None) -> bool:
     return nranks is not None and not discover().under_launcher
 
 
-def start_ranks(argv: list[str], nranks: int, check: Callable[[], None] | None = None) -> int:
+def start_ranks(argv: list[str], nranks: int, check: Callable[[], None] | None = None,
+                launched: Callable[[subprocess.Popen], None] | None = None) -> int:
     """The ``--np N`` parent of any verb: refuse N below 1, run ``check()`` (what the verb can refuse before a rank
     exists: a refusal here is one line, as on the ranks), then start N local ranks running ``argv`` without
-    ``--np`` under the matching mpiexec (``self_launch``). Returns the ranks' exit status."""
+    ``--np`` under the matching mpiexec (``self_launch``; ``launched`` is given mpiexec's process as it starts).
+    Returns the ranks' exit status."""
     if nranks < 1:
         raise UsageError(f"--np must be at least 1 (got {nranks})")
     if check is not None:
         check()
-    return self_launch(argv, nranks)
+    return self_launch(argv, nranks, launched)
 
 
-def self_launch(argv: list[str], nranks: int) -> int:
-    """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command."""
+def self_launch(argv: list[str], nranks: int, launched: Callable[[subprocess.Popen], None] | None = None) -> int:
+    """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command (``launched`` is
+    called with mpiexec's process, started in a session of its own)."""
     from microbench.cluster.mpi_runtime import import_mpi, library
 
     MPI = import_mpi(initialize=False)
@@ -204,6 +207,8 @@ def self_launch(argv: list[str], nranks: int) -> int:
     # mpiexec in a session of its own: a Ctrl-C reaches this process alone, which notes it for the ranks and
     # then passes it on (mpiexec forwards it to the ranks, which close their records)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    if launched is not None:
+        launched(proc)
     received: list[int] = []
 
     def on_signal(signum, frame):
