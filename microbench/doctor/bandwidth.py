@@ -23,13 +23,15 @@ from microbench.doctor.job import Job
 from microbench.doctor.layers import BY_NAME, FAR_BELOW, Finding, LayerResult, verdict
 
 LAYER = BY_NAME["bandwidth"]
-ITERATIONS = 3
-TAG = 11
+ITERATIONS = 5  #: timed exchanges per pair in the rounds (after one warm-up)
+RECHECK_ITERATIONS = 5  #: per pair that looked far below the rest, measured again with no other pair beside it
+TAG, RECHECK_TAG = 11, 16000
 HEARTBEAT_S = 1.0
 
 
 def collect(ctx: dict, comm, step) -> dict:
-    """This node's row: partner node -> best GB/s (None: it did not answer in time)."""
+    """This node's row: partner node -> best GB/s (None: it did not answer in time). With ``recheck`` (pairs of
+    node indices, in one order every node follows), only those pairs, one after another, more iterations each."""
     if ctx.get("index") is None or comm is None:
         return {}
     me, leaders = ctx["index"], ctx["leaders"]
@@ -37,26 +39,54 @@ def collect(ctx: dict, comm, step) -> dict:
     send = np.full(size, 1, dtype=np.uint8)  # written by its owner (first touch here), as the benchmark's buffers
     recv = [np.zeros(size, dtype=np.uint8)]
     row: dict[str, float | None] = {}
+    if "recheck" in ctx:
+        plan = [(k, b if a == me else a, RECHECK_TAG + k % 15000, RECHECK_ITERATIONS, "recheck")
+                for k, (a, b) in enumerate(ctx["recheck"]) if me in (a, b)]
+    else:
+        plan = [(r, pairs.partner(me, r, n), TAG + r % 15000, ITERATIONS, f"round {r + 1}")
+                for r in range(pairs.rounds(n))]
     last = time.monotonic()
-    for r in range(pairs.rounds(n)):
-        other = pairs.partner(me, r, n)
+    for k, other, tag, iterations, stage in plan:
         if time.monotonic() - last > HEARTBEAT_S:
-            step(f"round {r + 1} of {pairs.rounds(n)}", heartbeat=True)
+            step(f"{stage} of {pairs.rounds(n)}" if stage.startswith("round") else stage, heartbeat=True)
             last = time.monotonic()
         if other is None:
             continue
         best = None
-        for k in range(ITERATIONS + 1):
-            missing, seconds = pairs.exchange(comm, [leaders[other]], size, TAG + r % 30000, ctx["pair_timeout"],
-                                              send, recv)
+        for i in range(iterations + 1):
+            missing, seconds = pairs.exchange(comm, [leaders[other]], size, tag, ctx["pair_timeout"], send, recv)
             if missing:
-                step(f"no answer from node {other} at {size} bytes", failed_pair=[me, other], stage=f"round {r + 1}")
+                step(f"no answer from node {other} at {size} bytes", failed_pair=[me, other], stage=stage)
                 best = None
                 break
-            if k and seconds > 0:
+            if i and seconds > 0:
                 best = max(best or 0.0, size / seconds / 1e9)
         row[str(other)] = best
     return {"row": row, "size": size}
+
+
+def suspects(reports: dict[int, dict], job: Job) -> list[list[int]]:
+    """Node pairs (indices) the rounds found far below the rest, or touching a node that was: measured again."""
+    nodes = job.nodes()
+    m = matrix_of(reports, len(nodes.labels), {rank: k for k, rank in enumerate(nodes.leaders)})
+    slow_nodes, slow_pairs, _ = far_below(m, nodes.labels)
+    slow = {i for i, _ in slow_nodes}
+    n = len(m)
+    found = {(i, j) for i in slow for j in range(n) if j != i and m[i][j] is not None}
+    found |= {(i, j) for i, j, _ in slow_pairs}
+    return sorted([min(p), max(p)] for p in {(min(a, b), max(a, b)) for a, b in found})
+
+
+def merged(first: dict[int, dict], second: dict[int, dict]) -> dict[int, dict]:
+    """Each node's row with the recheck's figures where they are better."""
+    out = {}
+    for rank, rep in first.items():
+        row = dict(rep.get("row", {}))
+        for j, v in (second.get(rank) or {}).get("row", {}).items():
+            if v is not None and (row.get(j) is None or v > row[j]):
+                row[j] = v
+        out[rank] = {**rep, "row": row}
+    return out
 
 
 def matrix_of(reports: dict[int, dict], n: int, index_of_rank: dict[int, int]) -> list[list[float | None]]:

@@ -44,7 +44,7 @@ LAYERS = (
 )
 BY_NAME = {layer.name: layer for layer in LAYERS}
 BY_NUMBER = {layer.number: layer for layer in LAYERS}
-FAR_BELOW = 4.0  #: a node pair (or node) is far below the rest under a quarter of the median's bandwidth
+FAR_BELOW = 10.0  #: a node pair (or node) is far below the rest under a tenth of the median's bandwidth
 
 
 @dataclass

@@ -30,6 +30,10 @@ class Importer:
         self._thread.start()
 
     def _import(self) -> None:
+        import os
+
+        # torch's C++ warnings (a client address without a reverse DNS name) are not what the doctor reports
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         start = time.monotonic()
         try:
             import torch  # noqa: F401
