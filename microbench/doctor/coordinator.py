@@ -15,10 +15,12 @@ So a hang never ends silent: the verdict names host, rank and layer from what th
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import sys
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 
@@ -27,7 +29,7 @@ from microbench.doctor.job import Job, RankInfo
 from microbench.doctor.launch_check import LauncherState
 from microbench.doctor.layers import (BY_NAME, LAYERS, Finding, Layer, LayerResult, hosts_phrase, ranks_phrase)
 from microbench.doctor.plane import Server, encode
-from microbench.errors import EXIT_USAGE, UsageError
+from microbench.errors import EXIT_INTERNAL, EXIT_USAGE, UsageError
 
 GRACE_S = 1.0  #: after a rank ends, raises or reports a pair that did not answer: wait this long for the rest
 
@@ -153,7 +155,21 @@ class Coordinator:
 
     # -- the walk -------------------------------------------------------------------------------
     def run(self) -> int:
-        """Walk the layers; returns the exit status (0 every layer passed, 1 one failed, 128 + N on signal N)."""
+        """Walk the layers; returns the exit status (0 every layer passed, 1 one failed, 128 + N on signal N; 3 a
+        bug in the doctor, said in one line, with every rank told to stop)."""
+        try:
+            return self._walk()
+        except Exception as exc:  # noqa: BLE001 - the ranks must not wait for a coordinator that is gone
+            print(f"microbench: internal error: doctor: {type(exc).__name__}: {exc} (a bug)", file=sys.stderr,
+                  flush=True)
+            if os.environ.get("MICROBENCH_DEBUG", "") not in ("", "0"):
+                traceback.print_exc()
+            self._stop_ranks(EXIT_INTERNAL)
+            if self.end_launcher is not None:
+                self.end_launcher()
+            return EXIT_INTERNAL
+
+    def _walk(self) -> int:
         if not self.s.json:
             self._say(f"microbench doctor: {self._expecting()}, timeout {self.s.timeout:g} s per layer "
                       f"(launch {self.s.launch_timeout:g} s)")
@@ -414,9 +430,8 @@ class Coordinator:
         out = []
         for host, ranks in self.job.by_host(behind).items():
             last = self._where(ranks[0], layer)
-            out.append(Finding(f"{host}: {ranks_phrase(ranks)} did not get {target.replace('inside', 'inside', 1)} "
-                               f"within {self.s.timeout:g} s (stopped {last}); {len(ahead)} other rank(s) wait "
-                               f"{target}", host=host, ranks=ranks))
+            out.append(Finding(f"{host}: {ranks_phrase(ranks)} stopped {last} for {waited:.0f} s, while "
+                               f"{len(ahead)} other rank(s) went on and wait {target}", host=host, ranks=ranks))
         if finished:
             out.append(Finding(f"{len(finished)} rank(s) finished layer {layer.number}", note=True))
         return out

@@ -43,6 +43,13 @@ class LauncherState:
     seconds: float | None = None  #: when it exited, from the start
     tail: list[str] = field(default_factory=list)  #: its last lines of output
     expected_hosts: list[str] = field(default_factory=list)
+    local_host: str = field(default_factory=socket.gethostname)  #: where the launcher runs (named in its messages)
+
+    def named(self) -> list[str]:
+        """Expected hosts its output names; the launch host itself only when no other is named."""
+        found = [h for h in self.expected_hosts if _mentions(list(self.tail), h)]
+        others = [h for h in found if _short(h) != _short(self.local_host)]
+        return others or found
 
     @property
     def name(self) -> str:
@@ -58,27 +65,24 @@ def judge(job: Job, launcher: LauncherState | None, seconds: float, problems: li
         findings.append(Finding(f"the ranks disagree on the job's size ({', '.join(map(str, sizes))}): two "
                                 f"launches, or a launcher that is not the one that started the others"))
     arrived = sorted(job.ranks)
-    expected_hosts = launcher.expected_hosts if launcher else []
-    if expected is not None and len(arrived) < expected:
+    short = expected is None or len(arrived) < expected
+    exited = launcher is not None and launcher.status is not None
+    if (short and (exited or not arrived)) or (expected is not None and len(arrived) < expected):
         findings += _missing(job, expected, launcher, seconds)
     elif expected is not None and any(r >= expected for r in arrived):
         findings.append(Finding(f"ranks beyond the job's size {expected}: {ranks_phrase([r for r in arrived if r >= expected])}"))
     findings += _shared_hostnames(job)
-    present = set(job.ranks_per_host)
-    absent = [h for h in expected_hosts if h not in present and _short(h) not in {_short(p) for p in present}]
-    if absent and not any(f.host in absent for f in findings):
-        for host in absent:
-            findings.append(Finding(f"no process started on {host}", host=host))
+    findings += _absent_hosts(job, launcher)
     per_host = job.ranks_per_host
-    counts = sorted(set(per_host.values()))
+    counts = sorted(set(per_host.values())) or [0]
     layout = (f"{len(arrived)} rank(s) on {len(per_host)} node(s) "
               f"({counts[0] if len(counts) == 1 else f'{counts[0]} to {counts[-1]}'} per node)")
     who = next((i.launcher for i in job.ranks.values() if i.launcher), None)
     summary = f"{layout}, started by {who or 'no launcher'} in {seconds:.1f} s"
     details = {"expected": expected, "arrived": len(arrived), "ranks_per_host": per_host,
                "launcher": who, "view": next((i.view for i in job.ranks.values() if i.rank == 0), {}),
-               "expected_hosts": expected_hosts}
-    if launcher and launcher.status is not None:
+               "expected_hosts": launcher.expected_hosts if launcher else []}
+    if exited:
         details["launcher_status"] = launcher.status
     failed = [f for f in findings if not f.note]
     if failed:
@@ -87,16 +91,33 @@ def judge(job: Job, launcher: LauncherState | None, seconds: float, problems: li
                    next=_next(launcher, len(arrived)) if failed else None)
 
 
-def _missing(job: Job, expected: int, launcher: LauncherState | None, seconds: float) -> list[Finding]:
-    """Why ranks are missing: the launcher's exit (and the hosts its message names), the nodes without a
-    process, the ranks that never checked in."""
+def _absent_hosts(job: Job, launcher: LauncherState | None) -> list[Finding]:
+    """Expected nodes without a process: the ones the launcher's message names first; with no rank anywhere the
+    rest are a consequence (Open MPI starts no rank until every node's daemon called back), said as a note."""
+    expected = launcher.expected_hosts if launcher else []
+    present = {_short(h) for h in job.ranks_per_host}
+    absent = [h for h in expected if _short(h) not in present]
+    named = [h for h in absent if h in launcher.named()] if launcher else []
+    out = [Finding(f"no process started on {h}: the launcher's message names it", host=h) for h in named]
+    rest = [h for h in absent if h not in named]
+    if rest and (job.ranks or not named):
+        out += [Finding(f"no process started on {h}", host=h) for h in rest]
+    elif rest:
+        out.append(Finding(f"no process started on {', '.join(rest)} either (the launcher starts none until every "
+                           f"node is reached)", note=True))
+    return out
+
+
+def _missing(job: Job, expected: int | None, launcher: LauncherState | None, seconds: float) -> list[Finding]:
+    """Why ranks are missing: the launcher's exit (with the hosts its message names), or nothing checking in, or
+    the ranks that never did; nodes with fewer ranks than the launcher put there."""
     out = []
-    missing = [r for r in range(expected) if r not in job.ranks]
-    got = f"{len(job.ranks)} of {expected} ranks checked in"
-    tail = launcher.tail if launcher else []
-    named = [h for h in (launcher.expected_hosts if launcher else []) if _mentions(tail, h)]
+    missing = [r for r in range(expected) if r not in job.ranks] if expected else []
+    got = f"{len(job.ranks)} of {expected} ranks checked in" if expected else f"{len(job.ranks)} rank(s) checked in"
+    tail = list(launcher.tail) if launcher else []
+    named = launcher.named() if launcher else []
     if launcher and launcher.status is not None:
-        where = f": its message names {', '.join(named)}" if named else ""
+        where = f"; its message names {', '.join(named)}" if named else ""
         out.append(Finding(f"{launcher.name} exited with status {launcher.status} after {launcher.seconds:.1f} s; "
                            f"{got}{where}", host=named[0] if len(named) == 1 else None))
         for line in _quoted(tail, named):
@@ -108,14 +129,11 @@ def _missing(job: Job, expected: int, launcher: LauncherState | None, seconds: f
                            f"doctor at the launch host" + (f"; its output names {', '.join(named)}" if named else "")))
     else:
         out.append(Finding(f"{got} within {seconds:.0f} s; missing {ranks_phrase(missing)}"))
-    # nodes that have fewer ranks than the launcher put there
-    short = {}
     for host, ranks in job.by_host(job.ranks).items():
         sizes = {job.ranks[r].local_size for r in ranks} - {None}
         if len(sizes) == 1 and len(ranks) < next(iter(sizes)):
-            short[host] = (len(ranks), next(iter(sizes)))
-    for host, (have, want) in short.items():
-        out.append(Finding(f"{host}: {have} of the {want} ranks the launcher put there checked in", host=host))
+            out.append(Finding(f"{host}: {len(ranks)} of the {next(iter(sizes))} ranks the launcher put there "
+                               f"checked in", host=host))
     return out
 
 
@@ -153,7 +171,7 @@ def _quoted(tail: list[str], named: list[str], limit: int = 4) -> list[str]:
 
 def _next(launcher: LauncherState | None, arrived: int) -> str:
     if launcher and launcher.status is not None:
-        return f"{launcher.name}'s own message (above, and quoted here); {LAYER.next}"
+        return f"{launcher.name}'s own message (above, and quoted here); {LAYER.next.split('; ', 1)[1]}"
     if not arrived:
         return ("whether the nodes can reach the launch host (the doctor listens there; the ranks' own lines say if "
                 "they could not), then " + LAYER.next)

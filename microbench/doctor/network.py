@@ -14,12 +14,14 @@ connection to the rendezvous succeeded (refused, no answer and no route told apa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import ipaddress
 import os
 import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -175,32 +177,38 @@ def resolve(host: str) -> str | None:
 
 # ------------------------------------------------------------------------------ the rendezvous
 class Listener:
-    """Rank 0's stand-in for the rendezvous during layer 4: accepts and closes connections on the store's port
-    until ``close`` (before layer 6 puts torch's store there)."""
+    """Rank 0's stand-in for the rendezvous during layer 4: accepts connections on the store's port until ``close``
+    (before layer 6 puts torch's store there). The prober closes first, so the port keeps no TIME_WAIT here."""
 
     def __init__(self, port: int):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("0.0.0.0", port))
         self.sock.listen(1024)
-        self.sock.settimeout(0.2)
+        self._accepted: list[socket.socket] = []
         self._open = True
-        threading.Thread(target=self._serve, name="microbench-doctor-rendezvous", daemon=True).start()
+        self._thread = threading.Thread(target=self._serve, name="microbench-doctor-rendezvous", daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         while self._open:
             try:
                 conn, _ = self.sock.accept()
-                conn.close()
-            except (socket.timeout, OSError):
-                continue
+            except OSError:
+                return
+            self._accepted.append(conn)
 
     def close(self) -> None:
+        """Stop listening now (the port is free when this returns) and drop what was accepted."""
         self._open = False
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        self._thread.join(timeout=2)
+        self.sock.close()
+        for conn in self._accepted:
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
 
 
 def probe(host: str, port: int, timeout: float) -> dict:
@@ -224,7 +232,12 @@ def probe(host: str, port: int, timeout: float) -> dict:
         except ConnectionRefusedError:
             outcome = "refused"
         except OSError as exc:
-            outcome = "unreachable" if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) else f"error {exc.errno}"
+            if exc.errno in (errno.ECONNRESET, errno.ECONNABORTED):
+                outcome = "ok"  # something listening answered, then hung up: the port is reachable
+            elif exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+                outcome = "unreachable"
+            else:
+                outcome = f"error {errno.errorcode.get(exc.errno, exc.errno)}"
         finally:
             s.close()
         # a refusal in the first second may be rank 0 still opening the port: ask again

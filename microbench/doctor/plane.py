@@ -244,8 +244,11 @@ class Client:
             while (end := buf.find(b"\n")) >= 0:
                 message = _DECODE(bytes(buf[:end]))
                 del buf[:end + 1]
-                if message.get("k") == "stop" and int(message.get("status", 1)) != 0:
-                    _flush_and_exit(int(message["status"]))
+                if message.get("k") == "stop":
+                    if int(message.get("status", 1)) != 0:
+                        _flush_and_exit(int(message["status"]))
+                    self._inbox.put(message)
+                    return  # a clean stop: the coordinator closing the connection now is expected
                 self._inbox.put(message)
 
 

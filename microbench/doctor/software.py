@@ -94,9 +94,10 @@ def judge(reports: dict[int, dict], job: Job) -> LayerResult:
             continue
         note = key in NOTED
         for host, ranks in job.by_host(odd).items():
-            theirs = sorted({str(odd[r]) for r in ranks})
-            findings.append(Finding(f"{host}: {label} {' / '.join(theirs)} where the other ranks have {common}",
-                                    host=host, ranks=ranks, note=note))
+            theirs = " / ".join(sorted({_against(odd[r], common) for r in ranks}))
+            findings.append(Finding(f"{host}: {label} {theirs} where the other ranks have "
+                                    f"{_against(common, next(iter(odd.values())))}", host=host, ranks=ranks,
+                                    note=note))
     for rank, rep in reports.items():
         if rep.get("mpi_error") and reports[min(reports)].get("mpi_library"):
             findings.append(Finding(f"{job.host_of(rank)}: no MPI library loads ({rep['mpi_error']})",
@@ -115,6 +116,17 @@ def judge(reports: dict[int, dict], job: Job) -> LayerResult:
     return verdict(summary, findings, LAYER, details={
         "common": {k: Counter(rep.get(k) for rep in reports.values()).most_common(1)[0][0] for k in COMPARED},
         "clock_offset_s": {"min": min(skew.values(), default=0.0), "max": max(skew.values(), default=0.0)}})
+
+
+def _against(value, other) -> str:
+    """A long version string shown by its head and the parts where it differs from ``other`` (MPI libraries say
+    their build in one line of comma-separated parts)."""
+    text, ref = str(value), str(other)
+    parts, theirs = [p.strip() for p in text.split(",")], {p.strip() for p in ref.split(",")}
+    if len(parts) < 3:
+        return text
+    differ = [p for p in parts[1:] if p not in theirs]
+    return f"{parts[0]} ({', '.join(differ)})" if differ else parts[0]
 
 
 def _short(value) -> str:
