@@ -416,13 +416,16 @@ class Coordinator:
         seqs = {r: self.progress[r].seq if self.progress[r].layer == layer.number else -1 for r in pending}
         low, high = min(seqs.values()), max(seqs.values())
         finished = [r for r in self.done.get(layer.number, {})]
+        if low == high and finished:  # the others got through: these are the ones holding the layer up
+            where = self._where(pending[0], layer)
+            return [Finding(f"{host}: {ranks_phrase(ranks)} stopped {where} for {waited:.0f} s, while the "
+                            f"{len(finished)} other rank(s) finished layer {layer.number}", host=host, ranks=ranks)
+                    for host, ranks in self.job.by_host(pending).items()]
         if low == high:
             where = self._where(pending[0], layer)
-            scope = ("every rank" if len(pending) == len(self.job.ranks)
-                     else f"{len(pending)} of {len(self.job.ranks)} ranks")
             byh = self.job.by_host(pending)
             host = next(iter(byh)) if len(byh) == 1 else None
-            return [Finding(f"{scope} stopped {where} for {waited:.0f} s, none behind the others: "
+            return [Finding(f"every rank stopped {where} for {waited:.0f} s, none behind the others: "
                             f"{hosts_phrase(byh)}", host=host, ranks=sorted(pending))]
         behind = [r for r in pending if seqs[r] == low]
         ahead = [r for r in pending if seqs[r] > low]
