@@ -21,15 +21,10 @@ import threading
 import uuid
 
 from microbench.cluster import launch
-from microbench.doctor.coordinator import Coordinator, Settings
+from microbench.doctor.coordinator import Coordinator
 from microbench.doctor.launch_check import LauncherState
-from microbench.doctor.layers import parse_skip
+from microbench.doctor.settings import DEFAULT_LAUNCH_TIMEOUT_S, DEFAULT_TIMEOUT_S, Settings, settings_of
 from microbench.errors import UsageError
-from microbench.units import parse_size
-
-DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_LAUNCH_TIMEOUT_S = 120.0
-DEFAULT_SIZE = 1 << 20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,23 +64,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="FILE.jsonl", help="append the 'doctor' record (every layer's verdict, findings "
                                                         "and figures) to this JSON Lines file")
     g.add_argument("--json", action="store_true", help="print the doctor record as JSON instead of lines")
-
-
-def settings_of(args) -> Settings:
-    """The checked settings (the same on the parent, the ranks and rank 0's coordinator)."""
-    for name in ("timeout", "launch_timeout"):
-        value = getattr(args, name)
-        if not value > 0 or value > 86400:
-            raise UsageError(f"--{name.replace('_', '-')} {value:g}: expected seconds above 0 (at most a day)")
-    if args.store_port is not None and not 0 < args.store_port < 65536:
-        raise UsageError(f"--store-port {args.store_port}: expected 1 to 65535")
-    size = parse_size(args.size) if isinstance(args.size, str) else int(args.size)
-    if not 1 <= size <= 1 << 30:
-        raise UsageError(f"--size {args.size}: expected 1 B to 1 GiB")
-    args._skip = parse_skip(args.skip)
-    return Settings(timeout=args.timeout, launch_timeout=args.launch_timeout, skip=args._skip,
-                    store_port=args.store_port, iface=args.iface, size=size, torch_backend=args.torch_backend,
-                    argv=list(getattr(args, "_argv", ["doctor"])), out=args.out, json=args.json)
 
 
 def main(args) -> int:
@@ -130,7 +108,8 @@ def _parent(args, settings: Settings, command: list[str] | None) -> int:
             def launched(proc) -> None:
                 coordinator.end_launcher = lambda: launcher.end_process_group(proc, 5.0)
 
-            status = launch.start_ranks([*args._argv, *ours], args.np, check=thread.start, launched=launched)
+            status = launch.start_ranks([*args._argv, *ours], args.np, check=thread.start, launched=launched,
+                                        on_signal=lambda name: coordinator.post("signal", name))
             coordinator.post("launcher", status)
         else:
             before = args._argv[:len(args._argv) - len(args.launcher)]
@@ -140,6 +119,7 @@ def _parent(args, settings: Settings, command: list[str] | None) -> int:
                                         on_signal=lambda name: coordinator.post("signal", name))
             state.tail = running.tail  # the live deque: layer 1 quotes what the launcher said
             coordinator.end_launcher = running.end
+            coordinator.on_verdict = running.mute  # what it says about the ranks the doctor then ends is noise
             thread.start()
             try:
                 while thread.is_alive():

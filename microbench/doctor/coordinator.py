@@ -6,6 +6,8 @@ It runs in the parent (``--np``, ``-- LAUNCHER``: a thread beside the launcher) 
 
 - nothing moved for ``--timeout`` seconds (no rank reported a step or finished): the ranks still in the layer are
   named, those behind the others (fewer steps taken) as the ones holding it up, the others as waiting for them;
+  where the ranks still in the layer stand at different steps, a third of ``--timeout`` without a move is enough
+  (``Settings.behind_after``): a rank that has not taken a step every other rank took holds the layer up;
 - a rank's connection closed (the process ended), a rank raised, or a pair did not answer: a second of grace for
   the reports that come with it, then the layer's verdict;
 - the launcher exited (with a parent), or a signal came (Ctrl-C, a time limit's SIGTERM): what is known is said.
@@ -22,42 +24,17 @@ import sys
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from microbench.doctor import bandwidth, launch_check, mpi_check, network, placement, software, torch_check
 from microbench.doctor.job import Job, RankInfo
 from microbench.doctor.launch_check import LauncherState
 from microbench.doctor.layers import (BY_NAME, LAYERS, Finding, Layer, LayerResult, hosts_phrase, ranks_phrase)
 from microbench.doctor.plane import Server, encode
+from microbench.doctor.settings import Settings, settings_of
 from microbench.errors import EXIT_INTERNAL, EXIT_USAGE, UsageError
 
 GRACE_S = 1.0  #: after a rank ends, raises or reports a pair that did not answer: wait this long for the rest
-
-
-@dataclass
-class Settings:
-    """What the coordinator needs of the command line."""
-
-    timeout: float
-    launch_timeout: float
-    skip: set = field(default_factory=set)
-    store_port: int | None = None
-    iface: str | None = None
-    size: int = 1 << 20
-    torch_backend: str = "auto"
-    argv: list = field(default_factory=list)
-    out: str | None = None
-    json: bool = False
-
-    @property
-    def pair_timeout(self) -> float:
-        """How long a rank waits for 8 bytes from a partner (layer 3) before it reports the pair."""
-        return max(1.0, self.timeout / 4)
-
-    @property
-    def transfer_timeout(self) -> float:
-        """How long a rank waits for one layer-7 exchange (a slow link is measured, not cut short)."""
-        return max(1.0, self.timeout / 2)
 
 
 @dataclass
@@ -83,9 +60,11 @@ class Coordinator:
         self.layer = 1
         self.interrupted: str | None = None
         self.results: list[LayerResult] = []
+        self.stalled: dict[int, list[int]] = {}  #: per layer, the ranks named as holding it up
         self.t0 = time.monotonic()
         self.run_id = uuid.uuid4().hex[:12]
         self.end_launcher = None  #: set by the parent: ends the launcher's processes
+        self.on_verdict = None  #: set by the parent: called once the verdict is printed, before the ranks stop
 
     # -- events ---------------------------------------------------------------------------------
     def post(self, kind: str, value) -> None:
@@ -249,7 +228,8 @@ class Coordinator:
         seconds = time.monotonic() - start
         if complete or (layer.name in ("mpi", "bandwidth") and self.failed_steps.get(layer.number)):
             judged = self._judge(layer, reports)
-            findings = judged.findings + findings
+            silent = [f for f in findings if f.ranks and set(f.ranks) <= set(self.stalled.get(layer.number, ()))]
+            findings = silent + judged.findings + [f for f in findings if f not in silent]  # the cause first
             if complete:
                 judged.seconds = seconds
                 return self._interrupted(judged)
@@ -279,6 +259,7 @@ class Coordinator:
                      for r, rep in sorted(reports.items()) if "error" in rep]
         pending = [r for r in self.job.ranks if r not in reports and r not in self.gone]
         if why == "trouble":  # still busy when a rank ended, raised or a pair failed: a consequence, not a cause
+            findings = self._silent_partners(layer, pending, start) + findings
             if pending:
                 findings.append(Finding(f"{len(pending)} rank(s) were still in layer {layer.number} when it ended",
                                         note=True))
@@ -312,7 +293,15 @@ class Coordinator:
             moved = max([start] + [p.at for r, p in self.progress.items() if p.layer == n and r not in self.gone])
             if now - moved > self.s.timeout:
                 return "stalled"
+            if now - moved > self.s.behind_after and self._some_behind(n, alive, reports):
+                return "stalled"
             self._pump(0.1)
+
+    def _some_behind(self, n: int, alive: list[int], reports: dict[int, dict]) -> bool:
+        """Whether the ranks still in layer ``n`` stand at different steps: those behind hold the others up (every
+        step of a layer is one the others wait for), so they are named after ``behind_after``, not ``timeout``."""
+        seqs = {self.progress[r].seq for r in alive if r not in reports and self.progress[r].layer == n}
+        return len(seqs) > 1
 
     def _drain(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -409,6 +398,33 @@ class Coordinator:
             out.append(Finding(f"{self.launcher.name} exited with status {self.launcher.status}", note=True))
         return out
 
+    def _silent_partners(self, layer: Layer, pending: list[int], start: float) -> list[Finding]:
+        """Ranks whose partners reported no answer from them while they said nothing at all in the layer (no step
+        since it started): the silent end of a failed pair is the one named, not the end that waited."""
+        leaders = self.job.nodes().leaders
+        reported = [s for s in self.failed_steps.get(layer.number, []) if s["at"] >= start]
+        waiting: dict[int, list[int]] = {}
+        for s in reported:
+            me, other = s["pair"]
+            if not 0 <= other < len(leaders):
+                continue
+            rank = leaders[other]
+            p = self.progress.get(rank)
+            if rank in pending and p is not None and p.layer == layer.number and p.step.startswith("layer "):
+                waiting.setdefault(rank, []).append(s["rank"])
+        if not waiting:
+            return []
+        self.stalled[layer.number] = sorted(waiting)
+        now = time.monotonic()
+        out = []
+        for host, ranks in self.job.by_host(waiting).items():
+            partners = sorted({p for r in ranks for p in waiting[r]})
+            still = now - max(self.progress[r].at for r in ranks)
+            out.append(Finding(f"{host}: {ranks_phrase(ranks)} said nothing in layer {layer.number} ({layer.name}) "
+                               f"for {still:.0f} s since it started, and its partner(s) got no answer from it "
+                               f"({hosts_phrase(self.job.by_host(partners))})", host=host, ranks=ranks))
+        return out
+
     def _pending_findings(self, layer: Layer, pending: list[int], start: float) -> list[Finding]:
         if not pending:
             return []
@@ -417,6 +433,7 @@ class Coordinator:
         low, high = min(seqs.values()), max(seqs.values())
         finished = [r for r in self.done.get(layer.number, {})]
         if low == high and finished:  # the others got through: these are the ones holding the layer up
+            self.stalled[layer.number] = list(pending)
             where = self._where(pending[0], layer)
             return [Finding(f"{host}: {ranks_phrase(ranks)} stopped {where} for {waited:.0f} s, while the "
                             f"{len(finished)} other rank(s) finished layer {layer.number}", host=host, ranks=ranks)
@@ -431,9 +448,11 @@ class Coordinator:
         ahead = [r for r in pending if seqs[r] > low]
         target = self._where(ahead[0], layer)
         out = []
+        self.stalled[layer.number] = behind
         for host, ranks in self.job.by_host(behind).items():
             last = self._where(ranks[0], layer)
-            out.append(Finding(f"{host}: {ranks_phrase(ranks)} stopped {last} for {waited:.0f} s, while "
+            still = time.monotonic() - max(self.progress[r].at for r in ranks)
+            out.append(Finding(f"{host}: {ranks_phrase(ranks)} stopped {last} for {still:.0f} s, while "
                                f"{len(ahead)} other rank(s) went on and wait {target}", host=host, ranks=ranks))
         if finished:
             out.append(Finding(f"{len(finished)} rank(s) finished layer {layer.number}", note=True))
@@ -446,7 +465,14 @@ class Coordinator:
         return p.step if p.step.startswith(("inside", "at ")) else f"at: {p.step}"
 
     def _next(self, layer: Layer, findings: list[Finding]) -> str:
-        return layer.next
+        """The layer's next step; where ranks were named as holding it up, first where they are (their pids)."""
+        held = self.stalled.get(layer.number)
+        if not held or any(not f.note and not set(f.ranks) <= set(held) for f in findings):
+            return layer.next
+        shown = [f"pid {self.job.ranks[r].pid} on {self.job.host_of(r)}" for r in sorted(held)[:3]]
+        more = f" and {len(held) - 3} more" if len(held) > 3 else ""
+        return (f"where the rank(s) named are stuck ({', '.join(shown)}{more}): py-spy dump --pid PID or gdb -p PID "
+                f"there, that node's load and file systems; then {layer.next}")
 
     def _interrupted(self, result: LayerResult) -> LayerResult:
         if not self.interrupted:
@@ -477,13 +503,15 @@ class Coordinator:
 
             self._say(json.dumps(rec, indent=2))
         else:
-            self._say(text.final_line(failed, wall))
+            self._say(text.final_line(failed, wall, sum(r.status == "skipped" for r in self.results)))
         if self.s.out:
             try:
                 record.write(self.s.out, rec)
             except UsageError as exc:
                 print(f"microbench: error: {exc}", file=sys.stderr, flush=True)
                 status = EXIT_USAGE
+        if self.on_verdict is not None:
+            self.on_verdict()
         self._stop_ranks(status)
         if self.end_launcher is not None:
             self.end_launcher()
@@ -513,8 +541,6 @@ def _failed(result: LayerResult, extra: list[Finding]) -> LayerResult:
 
 def serve_in_child(args, listening, token: str) -> int:
     """The coordinator forked by rank 0 (launched without a parent): serve, judge, print, record."""
-    from microbench.doctor.cli import settings_of
-
     server = Server(sock=listening)
     coordinator = Coordinator(server, token, settings_of(args))
     for signum in (signal.SIGINT, signal.SIGTERM):

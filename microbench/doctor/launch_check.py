@@ -175,7 +175,9 @@ def _next(launcher: LauncherState | None, arrived: int) -> str:
     if not arrived:
         return ("whether the nodes can reach the launch host (the doctor listens there; the ranks' own lines say if "
                 "they could not), then " + LAYER.next)
-    return LAYER.next
+    return ("the nodes named: whether the missing ranks' processes exist there (ps) and what they wait on (py-spy "
+            "dump, gdb), the node's load and shared file systems (a Python start-up stuck on one); then "
+            + LAYER.next.split("; ", 1)[1])
 
 
 def hosts_line(job: Job, ranks) -> str:

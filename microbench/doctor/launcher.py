@@ -35,6 +35,7 @@ class Launched:
 
     def __init__(self, argv: list[str], on_exit, on_signal):
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.muted = False
         self.start = time.monotonic()
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
@@ -55,9 +56,16 @@ class Launched:
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             self.tail.append(line.rstrip("\n"))
+            if self.muted:
+                continue
             with contextlib.suppress(Exception):
                 out.write(line)
                 out.flush()
+
+    def mute(self) -> None:
+        """Stop passing the launcher's output through (kept in ``tail``): after the verdict, what it says is about
+        the ranks the doctor ends."""
+        self.muted = True
 
     def _wait(self, on_exit) -> None:
         status = self.proc.wait()

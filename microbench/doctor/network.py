@@ -284,14 +284,15 @@ def judge(reports: dict[int, dict], job: Job, store: tuple[str, int] | None, exp
     multi_node = len(job.ranks_per_host) > 1
     if listen_error:
         findings.append(Finding(listen_error, host=job.host_of(0), ranks=[0]))
-    for rank, rep in nodes.items():
+    for rank, rep in sorted(nodes.items()):
         host = job.host_of(rank)
         ifaces = rep["interfaces"]
         names = [i["name"] for i in ifaces]
         usable = [i["name"] for i in ifaces if i["up"] and (i["ipv4"] or i["ipv6"])]
         node_ranks = [r for r in reports if job.host_of(r) == host]
         settings_here = {k: v for r in node_ranks for k, v in reports[r].get("settings", {}).items()}
-        findings += _settings_problems(host, node_ranks, settings_here, names, usable, rep.get("ib", []))
+        loopback = [i["name"] for i in ifaces if i["loopback"]] if multi_node else []
+        findings += _settings_problems(host, node_ranks, settings_here, names, usable, rep.get("ib", []), loopback)
         gloo = (settings_here.get("GLOO_SOCKET_IFNAME", "").split(",")[0] or rep.get("hostname_interface"))
         if multi_node and not settings_here.get("GLOO_SOCKET_IFNAME"):
             own = rep.get("hostname_address")
@@ -327,7 +328,9 @@ def judge(reports: dict[int, dict], job: Job, store: tuple[str, int] | None, exp
 
 
 def _settings_problems(host: str, ranks: list[int], settings: dict, names: list[str], usable: list[str],
-                       ports: list[dict]) -> list[Finding]:
+                       ports: list[dict], loopback: list[str] = ()) -> list[Finding]:
+    """What the interface settings of a node's ranks get wrong there (``loopback``: the node's loopback
+    interfaces when the job spans nodes, where a bootstrap through them reaches no other node)."""
     out = []
 
     def bad(text: str) -> None:
@@ -342,6 +345,8 @@ def _settings_problems(host: str, ranks: list[int], settings: dict, names: list[
             bad(f"{var}={value} names no interface there ({have})")
         elif not matching(usable, value, exact):
             bad(f"{var}={value}: {', '.join(matching(names, value, exact))} is down or has no address there")
+        elif loopback and set(matching(usable, value, exact)) <= set(loopback):
+            bad(f"{var}={value} names the loopback interface, which reaches no other node (the job spans nodes)")
     for var in ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"):
         value = settings.get(var)
         if value and not _ompi_matches(value, names):

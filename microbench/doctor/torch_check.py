@@ -18,6 +18,7 @@ from microbench.doctor.job import Job
 from microbench.doctor.layers import BY_NAME, Finding, LayerResult, verdict
 
 LAYER = BY_NAME["torch"]
+HEARTBEAT_S = 1.0  #: while torch's import goes on, the rank says so this often
 
 
 class Importer:
@@ -58,8 +59,13 @@ def collect(ctx: dict, rank: int, size: int, local_rank: int | None, importer: I
     """Join the process group and allreduce one number; ``step(text)`` reports progress."""
     timeout = float(ctx["timeout"])
     step("import torch")
-    if importer is None or not importer.wait(timeout):
-        return {"error": f"import torch did not finish in {timeout:g} s"}
+    if importer is None:
+        return {"error": "torch is not installed here"}
+    end = time.monotonic() + timeout
+    while not importer.wait(min(HEARTBEAT_S, max(end - time.monotonic(), 0.0))):
+        if time.monotonic() >= end:
+            return {"error": f"import torch did not finish in {timeout:g} s"}
+        step("import torch", heartbeat=True)  # slow, not stuck: the coordinator's clock for this rank restarts
     if importer.error:
         return {"error": f"import torch failed: {importer.error}"}
     import torch
