@@ -1,9 +1,10 @@
 """Layer 7, bandwidth: one short round per node pair at one size, naming pairs and nodes far below the rest.
 
 The pairs test at its cheapest (``microbench run pairs`` measures every pair properly): one rank per node, the
-tournament's rounds (``pairs.py``), in each a warm-up exchange then ``ITERATIONS`` timed ones of ``--size`` bytes
-both ways at once; a pair's figure is its best exchange (noise on a shared node only slows one down), as bytes
-one way over the exchange's time, in GB/s. Both ends time the exchange and the better of the two is kept.
+tournament's rounds (``pairs.py``), in each a warm-up exchange then up to ``ITERATIONS`` timed ones of ``--size``
+bytes both ways at once (fewer once ``PAIR_BUDGET_S`` has passed: a slow pair is measured again alone); a pair's
+figure is its best exchange (noise on a shared node only slows one down), as bytes one way over the exchange's
+time, in GB/s. Both ends time the exchange and the better of the two is kept.
 
 The judge: a pair is far below the rest under 1/``FAR_BELOW`` of the median pair, a node when its best pair is
 under 1/``FAR_BELOW`` of the median node's best (with 3 nodes and one slow, the median pair is a slow one; a
@@ -27,6 +28,9 @@ ITERATIONS = 5  #: timed exchanges per pair in the rounds (after one warm-up)
 RECHECK_ITERATIONS = 5  #: per pair that looked far below the rest, measured again with no other pair beside it
 TAG, RECHECK_TAG = 11, 16000
 HEARTBEAT_S = 1.0
+#: in the rounds, a pair's timed exchanges stop once this many seconds have passed (at least one is timed): the
+#: lower end decides and says so in its message, so both ends stop after the same exchange
+PAIR_BUDGET_S = 0.3
 
 
 def collect(ctx: dict, comm, step) -> dict:
@@ -53,7 +57,12 @@ def collect(ctx: dict, comm, step) -> dict:
         if other is None:
             continue
         best = None
+        began = time.monotonic()
+        decides = me < other  # the lower end says in its message's first byte whether this exchange is the last
         for i in range(iterations + 1):
+            last = i == iterations or (decides and i >= 1 and stage != "recheck"
+                                       and time.monotonic() - began > PAIR_BUDGET_S)
+            send[0] = 1 if decides and last else 0
             missing, seconds = pairs.exchange(comm, [leaders[other]], size, tag, ctx["pair_timeout"], send, recv)
             if missing:
                 step(f"no answer from node {other} at {size} bytes", failed_pair=[me, other], stage=stage)
@@ -61,6 +70,8 @@ def collect(ctx: dict, comm, step) -> dict:
                 break
             if i and seconds > 0:
                 best = max(best or 0.0, size / seconds / 1e9)
+            if last or (not decides and recv[0][0] == 1):
+                break  # a slow pair stops early in the rounds: the recheck measures it alone, every iteration
         row[str(other)] = best
     return {"row": row, "size": size}
 
