@@ -141,14 +141,18 @@ def _reach(args, info: launch.LaunchInfo, where: str) -> tuple[socket.socket, st
         return _fork_coordinator(args, token, where)
     if args.coordinator:
         hosts, port = rendezvous.parse_coordinator(args.coordinator)
-    else:
+        return _connect(hosts, port, deadline, where, f"rank 0's doctor at {','.join(hosts)}:{port}"), token, None
+    while True:  # an address that does not answer may be an earlier launch's: read the file again
         found = rendezvous.wait_published(args.rendezvous, token, deadline)
         if found is None:
-            _give_up(where, info, f"rank 0 published no doctor address in {args.rendezvous} within "
+            _give_up(where, info, f"rank 0 published no doctor address in {args.rendezvous} that answered within "
                                   f"{args.launch_timeout:g} s (rank 0 did not start, or that folder is not shared "
                                   f"between the nodes: --rendezvous, or --coordinator HOST:PORT)")
         hosts, port = found
-    return _connect(hosts, port, deadline, where, f"rank 0's doctor at {','.join(hosts)}:{port}"), token, None
+        sock = rendezvous.connect_any(hosts, port, timeout=min(3.0, max(deadline - time.monotonic(), 0.1)))
+        if sock is not None:
+            return sock, token, None
+        time.sleep(0.3)
 
 
 def _fork_coordinator(args, token: str, where: str) -> tuple[socket.socket, str, int]:

@@ -410,6 +410,8 @@ def _rendezvous_problem(host: str, ranks: list[int], result: dict | None, store)
            "timeout": f"no answer in {result['seconds']:.0f} s: a firewall drops it, or a route that goes nowhere",
            "unreachable": "no route to it",
            "unresolved": f"{store[0]} does not resolve there"}.get(result["result"], result["result"])
+    if int(store[1]) == 0:
+        why = "port 0 names no port (torchrun's --master-port 0 leaves its workers no store to join: they hang)"
     via = f" (leaving through {result['interface']})" if result.get("interface") else ""
     return [Finding(f"{host} cannot reach {target}{via}: {why}", host=host, ranks=ranks)]
 

@@ -9,8 +9,10 @@
   clusters without a shared folder.
 
 The job's name comes from the launcher: PMIx's namespace (Open MPI 5, srun --mpi=pmix), Slurm's job and step,
-torchrun's run id, or ``MICROBENCH_DOCTOR_JOB`` set by hand; every rank of one launch reads the same value and no
-two launches share it.
+torchrun's run id with its store's address (the run id is "none" unless ``--rdzv-id`` is given), or
+``MICROBENCH_DOCTOR_JOB`` set by hand; every rank of one launch reads the same value and no two launches running at
+once share it. A file left by an earlier launch of the same name (a doctor killed outright) is read again until
+rank 0 has replaced it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def job_key(env: dict | None = None) -> str | None:
     env = os.environ if env is None else env
     for var in JOB_VARS:
         if env.get(var):
+            if var == "TORCHELASTIC_RUN_ID":  # "none" unless --rdzv-id is given: its store's address tells launches apart
+                return f"{var}={env[var]}@{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
             return f"{var}={env[var]}"
     if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID") is not None:
         return f"slurm={env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
