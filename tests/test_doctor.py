@@ -157,6 +157,32 @@ def test_bandwidth_names_the_slow_node_even_when_half_the_pairs_are_its_own():
     assert [(i, j) for i, j, _ in bandwidth.far_below(one_link, FOUR)[1]] == [(1, 3)]
 
 
+def test_the_leaders_list_every_node_receives_packs_a_regular_layout_into_one_run():
+    assert pairs.pack_ranks(list(range(0, 131072, 8))) == [[0, 16384, 8]]
+    for ranks in ([], [5], [0, 8, 16, 17, 30, 31, 32, 100], list(range(7))):
+        assert pairs.unpack_ranks(pairs.pack_ranks(ranks)) == ranks
+
+
+def test_rows_above_the_full_rows_limit_are_summarised_and_still_name_the_slow_node_and_link():
+    n = bandwidth.FULL_ROWS + 44
+    matrix = [[None if i == j else 1.0 + 0.01 * ((i * 7 + j * 3) % 11) for j in range(n)] for i in range(n)]
+    for j in range(n):
+        if j != 7:
+            matrix[7][j] = matrix[j][7] = 0.006  # node 7's link throttled
+    matrix[3][5] = matrix[5][3] = 0.05  # one bad cable between nodes 3 and 5
+    reports = {i: {**bandwidth.summarised({str(j): v for j, v in enumerate(row) if j != i}), "size": 1 << 20}
+               for i, row in enumerate(matrix)}
+    assert max(len(rep["row"]) for rep in reports.values()) < n // 4  # outliers only, not whole rows
+    job = job_of([f"n{i:03d}" for i in range(n)])
+    judged = bandwidth.judge(reports, job, [], 1 << 20)
+    assert [f.host for f in judged.failures] == ["n007", None], judged.summary
+    assert judged.failures[1].what.startswith("n003 - n005: 0.05 GB/s")
+    assert judged.details["matrix_gbps"] is None and judged.details["labels"] is None
+    again = bandwidth.suspects(reports, job)  # measured again: the slow node with its strongest partners, the link
+    assert [3, 5] in again and sum(7 in pair for pair in again) == bandwidth.RECHECK_PARTNERS
+    assert len(again) == bandwidth.RECHECK_PARTNERS + 1
+
+
 def test_launch_names_the_node_the_launchers_message_names():
     state = launch_check.LauncherState(command=["mpirun", "--host", "node0,node1,node2,node3"], status=213,
                                        seconds=0.2, expected_hosts=FOUR, local_host="node0",

@@ -26,7 +26,7 @@ import traceback
 import uuid
 from dataclasses import dataclass
 
-from microbench.doctor import bandwidth, launch_check, mpi_check, network, placement, software, torch_check
+from microbench.doctor import bandwidth, launch_check, mpi_check, network, pairs, placement, software, torch_check
 from microbench.doctor.job import Job, RankInfo
 from microbench.doctor.launch_check import LauncherState
 from microbench.doctor.layers import (BY_NAME, LAYERS, Finding, Layer, LayerResult, hosts_phrase, ranks_phrase)
@@ -326,7 +326,7 @@ class Coordinator:
         leader_extra: dict = {}
         if layer.name in ("mpi", "bandwidth"):
             nodes = self.job.nodes()
-            leader_extra["leaders"] = nodes.leaders
+            leader_extra["leaders"] = pairs.pack_ranks(nodes.leaders)
             own = {rank: {"index": k} for k, rank in enumerate(nodes.leaders)}
         if layer.name == "bandwidth":
             base.update(bytes=s.size, pair_timeout=s.transfer_timeout)

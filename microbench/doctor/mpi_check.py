@@ -72,7 +72,7 @@ def collect(ctx: dict, rank: int, size: int, step, hook, state: dict) -> dict:
         step("the barrier did not complete", barrier_timeout=round(timeout * 0.5, 1))
     if ctx.get("index") is None:  # not its node's lowest rank
         return out
-    out["failed"] = _pairs(comm, ctx["index"], ctx["leaders"], ctx["pair_timeout"], step)
+    out["failed"] = _pairs(comm, ctx["index"], pairs.unpack_ranks(ctx["leaders"]), ctx["pair_timeout"], step)
     return out
 
 
@@ -90,9 +90,11 @@ def _pairs(comm, me: int, leaders: list[int], pair_timeout: float, step) -> list
     n = len(leaders)
     failed = []
 
+    node_of = {rank: k for k, rank in enumerate(leaders)}
+
     def report(stage: str, peers: list[int]) -> None:
         for p in peers:
-            node = leaders.index(p)
+            node = node_of[p]
             entry = {"stage": stage, "peer": node}
             failed.append(entry)
             step(f"no answer from node {node} ({stage})", failed_pair=[me, node], stage=stage)

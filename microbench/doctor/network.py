@@ -184,7 +184,7 @@ class Listener:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("0.0.0.0", port))
-        self.sock.listen(1024)
+        self.sock.listen(socket.SOMAXCONN)  # every node probes at once
         self._accepted: list[socket.socket] = []
         self._open = True
         self._thread = threading.Thread(target=self._serve, name="microbench-doctor-rendezvous", daemon=True)
@@ -284,12 +284,13 @@ def judge(reports: dict[int, dict], job: Job, store: tuple[str, int] | None, exp
     multi_node = len(job.ranks_per_host) > 1
     if listen_error:
         findings.append(Finding(listen_error, host=job.host_of(0), ranks=[0]))
+    ranks_of_host = job.by_host(reports)
     for rank, rep in sorted(nodes.items()):
         host = job.host_of(rank)
         ifaces = rep["interfaces"]
         names = [i["name"] for i in ifaces]
         usable = [i["name"] for i in ifaces if i["up"] and (i["ipv4"] or i["ipv6"])]
-        node_ranks = [r for r in reports if job.host_of(r) == host]
+        node_ranks = ranks_of_host.get(host, [rank])
         settings_here = {k: v for r in node_ranks for k, v in reports[r].get("settings", {}).items()}
         loopback = [i["name"] for i in ifaces if i["loopback"]] if multi_node else []
         findings += _settings_problems(host, node_ranks, settings_here, names, usable, rep.get("ib", []), loopback)

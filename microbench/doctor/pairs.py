@@ -47,6 +47,27 @@ def ring_neighbours(node: int, n: int) -> list[int]:
     return sorted({(node - 1) % n, (node + 1) % n} - {node})
 
 
+def pack_ranks(ranks: list[int]) -> list[list[int]]:
+    """Ascending ranks as runs ``[first, count, step]`` (the leaders of a regular layout, one a node, are one run:
+    what goes to every node stays small at 16,384 nodes)."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs:
+            first, count, step = runs[-1]
+            if count == 1 and r > first:
+                runs[-1] = [first, 2, r - first]
+                continue
+            if r == first + count * step:
+                runs[-1][1] += 1
+                continue
+        runs.append([r, 1, 1])
+    return runs
+
+
+def unpack_ranks(runs: list[list[int]]) -> list[int]:
+    return [first + k * step for first, count, step in runs for k in range(count)]
+
+
 def exchange(comm, peers: list[int], nbytes: int, tag: int, deadline_s: float,
              send: np.ndarray | None = None, recv: list[np.ndarray] | None = None) -> tuple[list[int], float]:
     """Send ``nbytes`` to every rank of ``peers`` and receive as many from each, at once; wait at most
