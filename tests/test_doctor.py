@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -14,11 +19,15 @@ from microbench.doctor.job import Job, RankInfo
 from microbench.doctor.layers import LAYERS, parse_skip
 from microbench.errors import UsageError
 
-from conftest import microbench, read_jsonl
+from conftest import REPO, microbench, read_jsonl, run_process
 from fixtures.gate.synth import result, write_run
 
 RUN_LIMIT_S = 120  #: a hang guard for one doctor launch (a passing one takes 5 to 15 s here)
 STALL_TIMEOUT_S = 6  #: --timeout of the stalled launches: a layer's silence before the ranks are named
+
+
+def microbench_script(name: str, *args: str):
+    return run_process([sys.executable, str(REPO / "scripts" / name), *args], timeout=RUN_LIMIT_S)
 
 
 def job_of(hosts_by_rank: list[str], size: int | None = None) -> Job:
@@ -264,11 +273,41 @@ def test_a_rank_that_never_checks_in_fails_the_launch(tmp_path):
     assert "1 of 2 ranks checked in" in rec["layers"][0]["summary"]
 
 
+def test_ctrl_c_during_a_hang_says_what_was_known_and_exits_130(tmp_path):
+    """Rank 1 stalls in layer 2; a SIGINT to the doctor (as Ctrl-C sends) ends it with the stalled rank named."""
+    out = tmp_path / "doctor.jsonl"
+    env = {**os.environ, "MICROBENCH_TESTING": "1", "MICROBENCH_TEST_DOCTOR_STALL": "1:software",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "doctor", "--np", "2", "--timeout", "60", "--out",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:  # layer 1's line: the ranks are in layer 2, rank 1 asleep
+            if line.startswith("1 launch"):
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=RUN_LIMIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, rest
+    rec = read_jsonl(out)[-1]
+    assert rec["verdict"] == "interrupted" and rec["failed_layer"] == 2
+    assert "doctor: INTERRUPTED by SIGINT during layer 2 (software)" in rest, rest
+    first = next(f for f in rec["layers"][1]["findings"] if not f["note"])
+    assert 1 in first["ranks"] and "stopped at the start of layer 2" in first["what"], first  # rank 0 may be busy
+
+
 @pytest.mark.parametrize("args, words", [
     ((), "give --np N, put your launcher command after --"),
     (("--np", "2", "--", "mpirun"), "give --np N or a launcher command after --, not both"),
     (("--np", "2", "--skip", "launch"), "layers 1 and 2"),
     (("--np", "2", "--timeout", "0"), "--timeout 0: expected seconds above 0"),
+    (("--np", "2", "--coordinator", "nohost"), "expected HOST[,HOST...]:PORT"),
+    (("--np", "0"), "--np must be at least 1 (got 0)"),
+    (("--", "/nonexistent/launcher", "-n", "2"), "cannot start the launcher /nonexistent/launcher"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, words):
     done = microbench("doctor", *args, timeout=60)
@@ -323,3 +362,16 @@ def test_check_compare_and_history_skip_doctor_lines_silently(healthy, tmp_path)
         assert mixed.returncode == plain.returncode and plain.returncode in (0, 1), mixed.output
         assert mixed.stdout.replace("with-doctor", "plain") == plain.stdout
         assert "skipped" not in mixed.stderr and mixed.stderr.replace("with-doctor", "plain") == plain.stderr
+
+
+def test_the_costs_script_measures_and_models_every_scale(tmp_path):
+    """scripts/doctor_costs.py (docs/doctor.md's table): behaviour only, a row per scale with positive figures."""
+    figures = tmp_path / "costs.json"
+    done = microbench_script("doctor_costs.py", "--judge-nodes", "16", "--exchanges", "20", "--connects", "64",
+                             "--json", str(figures))
+    assert done.returncode == 0, done.output
+    rows = json.loads(figures.read_text())["model"]
+    assert [r["nodes"] for r in rows] == [16, 64, 256, 1024, 4096, 16384]
+    assert all(r["total_s"] > 0 and r["coordinator_in_bytes"] > 0 for r in rows)
+    assert rows[-1]["layer7_one_slow_node_s"] > rows[-1]["layer7_s"]
+    assert done.stdout.count("\n| ") == 7  # the header and six rows

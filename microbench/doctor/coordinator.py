@@ -503,7 +503,8 @@ class Coordinator:
 
             self._say(json.dumps(rec, indent=2))
         else:
-            self._say(text.final_line(failed, wall, sum(r.status == "skipped" for r in self.results)))
+            self._say(text.final_line(failed, wall, sum(r.status == "skipped" for r in self.results),
+                                      self.interrupted))
         if self.s.out:
             try:
                 record.write(self.s.out, rec)

@@ -57,6 +57,10 @@ def settings_of(args) -> Settings:
     if not 1 <= size <= 1 << 30:
         raise UsageError(f"--size {args.size}: expected 1 B to 1 GiB")
     args._skip = parse_skip(args.skip)
+    if getattr(args, "coordinator", None):
+        from microbench.doctor.rendezvous import parse_coordinator
+
+        parse_coordinator(args.coordinator)  # HOST[,HOST...]:PORT, refused in one line before any rank starts
     return Settings(timeout=args.timeout, launch_timeout=args.launch_timeout, skip=args._skip,
                     store_port=args.store_port, iface=args.iface, size=size, torch_backend=args.torch_backend,
                     argv=list(getattr(args, "_argv", ["doctor"])), out=args.out, json=args.json)

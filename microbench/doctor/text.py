@@ -66,7 +66,10 @@ def grouped(lines: list[str]) -> list[str]:
     return out
 
 
-def final_line(failed: LayerResult | None, wall_s: float, skipped: int = 0) -> str:
+def final_line(failed: LayerResult | None, wall_s: float, skipped: int = 0, interrupted: str | None = None) -> str:
+    if interrupted:
+        where = f" during layer {failed.layer.number} ({failed.layer.name})" if failed else ""
+        return f"doctor: INTERRUPTED by {interrupted}{where}: {summary(failed) if failed else ''} ({wall_s:.1f} s)"
     if failed is None and skipped:
         return f"doctor: PASS: every layer that ran passed ({skipped} skipped; {wall_s:.1f} s)"
     if failed is None:
