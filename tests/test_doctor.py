@@ -248,7 +248,7 @@ def test_json_prints_the_record(tmp_path):
     ("bandwidth", 7, "rank 1 said nothing in layer 7 (bandwidth) for"),  # its partner got no answer
 ])
 def test_a_stalled_rank_is_named_at_its_layer(tmp_path, point, layer, words):
-    done, rec = doctor(tmp_path, "--timeout", str(STALL_TIMEOUT_S), stall=f"1:{point}")
+    done, rec = doctor(tmp_path, "--timeout", str(STALL_TIMEOUT_S), "--skip", "torch", stall=f"1:{point}")
     assert done.returncode == 1, done.output
     assert rec["verdict"] == "fail" and rec["failed_layer"] == layer, done.output
     failed = rec["layers"][layer - 1]
@@ -256,6 +256,7 @@ def test_a_stalled_rank_is_named_at_its_layer(tmp_path, point, layer, words):
     assert words in first["what"] and first["ranks"] == [1], failed
     assert "pid " in failed["next"]  # where to look: the stuck rank's pid
     assert [layer_["status"] for layer_ in rec["layers"][layer:]] == ["not_run"] * (7 - layer)
+    assert rec["layers"][5]["status"] in ("skipped", "not_run")  # torch's import, slow on a loaded node, left out
     assert f"doctor: FAIL at layer {layer}" in done.stdout
 
 

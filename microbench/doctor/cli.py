@@ -3,15 +3,16 @@
   microbench doctor --np 4                                  # 4 local ranks under the installed MPI's mpiexec
   microbench doctor -- mpirun -np 64 --hostfile hosts       # outside the launcher: also sees the launcher fail
   mpirun -np 64 --hostfile hosts microbench doctor          # launched as the benchmark is (rank 0 coordinates)
-  srun -N 16 --ntasks-per-node 8 microbench doctor --out doctor.jsonl
+  srun -N 16 --ntasks-per-node 8 --mpi=pmix microbench doctor --out doctor.jsonl
   torchrun --nnodes 2 --nproc-per-node 4 --rdzv-endpoint HOST:29400 -m microbench doctor
 
 Walks the layers bottom-up, a timeout at each, and stops at the first that fails, naming it in one line with what
 to check next: 1 launch (a process on every node), 2 software (same versions everywhere), 3 mpi (MPI_Init, a
 barrier, 8 bytes between every node pair), 4 network (interfaces, the bootstrap's, IB ports, the rendezvous port),
 5 placement (no core or GPU shared), 6 torch (init and a tiny allreduce), 7 bandwidth (no node pair far below the
-rest). A rank that does not finish a layer in time is named (host, rank, layer) from the other ranks' reports.
-Exit status 0 only when every layer passes; 1 when one fails; 128 + N when signal N ended it.
+rest). A rank that does not finish a layer in time is named (host, rank, layer, pid) from the other ranks' reports:
+after --timeout seconds without progress, or a third of it when some ranks stand at a step the others passed.
+Exit status 0 when every layer that ran passed; 1 when one failed; 2 bad input; 128 + N when signal N ended it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import uuid
 from microbench.cluster import launch
 from microbench.doctor.coordinator import Coordinator
 from microbench.doctor.launch_check import LauncherState
+from microbench.doctor.rendezvous import DEFAULT_DIR
 from microbench.doctor.settings import DEFAULT_LAUNCH_TIMEOUT_S, DEFAULT_TIMEOUT_S, Settings, settings_of
 from microbench.errors import UsageError
 
@@ -54,9 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--size", default="1M", metavar="BYTES",
                    help="layer 7's message size, each way per node pair (default 1M)")
     g = p.add_argument_group("where the ranks meet (launched without a parent)")
-    g.add_argument("--rendezvous", default="~/.microbench/doctor", metavar="DIR",
-                   help="a folder every node sees (home, scratch) where rank 0 publishes the doctor's address "
-                        "(default ~/.microbench/doctor)")
+    g.add_argument("--rendezvous", default=DEFAULT_DIR, metavar="DIR",
+                   help=f"a folder every node sees (home, scratch) where rank 0 publishes the doctor's address "
+                        f"(default {DEFAULT_DIR})")
     g.add_argument("--coordinator", metavar="HOST:PORT",
                    help="without a shared folder: rank 0 (on HOST) listens on PORT and the ranks connect there")
     g.add_argument("--token", help=argparse.SUPPRESS)  # set by a parent: its ranks' proof of belonging

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from microbench.doctor import bandwidth, launch_check, mpi_check, network, pairs, placement, software, torch_check
 from microbench.doctor.job import Job, RankInfo
 from microbench.doctor.launch_check import LauncherState
-from microbench.doctor.layers import (BY_NAME, LAYERS, Finding, Layer, LayerResult, hosts_phrase, ranks_phrase)
+from microbench.doctor.layers import LAYERS, Finding, Layer, LayerResult, hosts_phrase, ranks_phrase
 from microbench.doctor.plane import Server, encode
 from microbench.doctor.settings import Settings, settings_of
 from microbench.errors import EXIT_INTERNAL, EXIT_USAGE, UsageError
@@ -340,7 +340,8 @@ class Coordinator:
             if not self._under_torchrun():
                 own.setdefault(0, {})["listen"] = store[1]
         if layer.name == "torch":
-            base.update(store=list(self.store()), backend=self._backend())
+            base.update(store=list(self.store()), backend=self._backend(),
+                        import_timeout=max(s.timeout, s.launch_timeout))
         shared = {"other": encode(base)[:-1], "leader": encode({**base, **leader_extra})[:-1]}
         return shared, own
 

@@ -53,6 +53,3 @@ class Job:
         for r in sorted(ranks):
             out.setdefault(self.host_of(r), []).append(r)
         return out
-
-    def node_label(self, rank: int) -> str:
-        return self.host_of(rank)

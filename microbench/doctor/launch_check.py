@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from microbench.cluster import launch
 from microbench.doctor.job import Job
-from microbench.doctor.layers import BY_NAME, Finding, LayerResult, hosts_phrase, ranks_phrase, verdict
+from microbench.doctor.layers import BY_NAME, Finding, LayerResult, ranks_phrase, verdict
 
 LAYER = BY_NAME["launch"]
 #: the launcher's own variables a rank reports (what the launcher thinks it did)
@@ -178,7 +178,3 @@ def _next(launcher: LauncherState | None, arrived: int) -> str:
     return ("the nodes named: whether the missing ranks' processes exist there (ps) and what they wait on (py-spy "
             "dump, gdb), the node's load and shared file systems (a Python start-up stuck on one); then "
             + LAYER.next.split("; ", 1)[1])
-
-
-def hosts_line(job: Job, ranks) -> str:
-    return hosts_phrase(job.by_host(ranks))

@@ -11,7 +11,6 @@ from microbench.units import parse_size
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_LAUNCH_TIMEOUT_S = 120.0
-DEFAULT_SIZE = 1 << 20
 
 
 @dataclass
