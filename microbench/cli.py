@@ -77,6 +77,8 @@ def build_parser(argv: list[str] | None = None) -> Parser:
     sub.required = True
     chosen = _verb_in(argv or [])
     for verb, (module_name, help_text) in VERBS.items():
+        if chosen is not None and verb != chosen:
+            continue  # a verb named: the others' parsers are never used (each costs a rank file-system calls)
         if verb != chosen:
             sub.add_parser(verb, help=help_text, description=help_text)
             continue

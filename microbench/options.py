@@ -263,6 +263,9 @@ def _resolve_buffer(args) -> str:
             raise UsageError("--stage-host copies device buffers through the host: it needs --device cuda")
     if args.cuda_graph and not (args.backend == "torch" and args.device == "cuda"):
         raise UsageError("--cuda-graph captures torch.distributed calls on CUDA: add --backend torch --device cuda")
+    if args.cuda_graph and args.torch_backend not in ("auto", "nccl"):
+        raise UsageError(f"--cuda-graph captures NCCL's kernels; torch's {args.torch_backend} backend runs on the host "
+                         f"and cannot be captured in a CUDA graph: use --torch-backend nccl (or auto)")
     if args.cuda_graph and args.time_budget is not None:
         raise UsageError("--time-budget sizes the timed iterations from the eager warmup, whose launch costs are not "
                          "what a graph replay pays: give --cuda-graph a count with -i instead")

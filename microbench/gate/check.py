@@ -44,6 +44,7 @@ class Judgement:
     metric: str | None = None
     stat: str | None = None
     detail: str = ""
+    launch_bound_runs: int = 0  #: runs with a record marked launch-bound (issue 44)
 
     def where(self) -> str:
         k = self.key
@@ -56,7 +57,7 @@ class Judgement:
         return {"config": self.key.as_dict(), "criterion": self.criterion, "passed": self.passed,
                 "metric": self.metric, "stat": self.stat, "runs": len(self.run_ids), "run_ids": self.run_ids,
                 "values": self.values, "value": self.value, "limit": self.limit, "allowed": self.allowed,
-                "detail": self.detail}
+                "detail": self.detail, "launch_bound_runs": self.launch_bound_runs}
 
 
 @dataclass
@@ -198,7 +199,18 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
     explain, always = DETAILS.get(threshold.metric, (None, False))
     if explain is not None and (always or not passed):
         detail += explain(table, by_run)
-    return Judgement(passed=passed, value=value, detail=detail, **base)
+    bound = launch_bound_runs(table, by_run, threshold.metric)
+    if bound:
+        detail += f"; {metrics.LAUNCH_BOUND_ADVICE_SHORT} in {bound} of {len(values)} run(s)"
+    return Judgement(passed=passed, value=value, detail=detail, launch_bound_runs=bound, **base)
+
+
+def launch_bound_runs(table: Table, by_run: RunGroups, metric: str) -> int:
+    """How many runs of the configuration have a record marked launch-bound (for the metrics it misstates)."""
+    if metric not in metrics.LAUNCH_MARKED:
+        return 0
+    bound = metrics.launch_bound(table.numbers)
+    return sum(bool(bound[rows].any()) for rows in by_run.groups())
 
 
 def _outlier_links(table: Table, by_run: RunGroups) -> str:

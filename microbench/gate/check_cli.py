@@ -179,6 +179,10 @@ def rule_lines(outcome: RuleOutcome, failures_only: bool = False) -> list[str]:
     left = {headers.index(h) for h in ("benchmark", "backend", "options", "criterion", "per-run values")
             if h in headers}
     lines += render(headers, rows, left=sorted(left), indent="  ")
+    bound = list(dict.fromkeys(j.where() for j in judgements if j.launch_bound_runs))
+    if bound:
+        lines.append(f"  note  {metrics.LAUNCH_BOUND_ADVICE_SHORT}: {', '.join(bound[:8])}"
+                     f"{' ...' if len(bound) > 8 else ''}")
     # max_rank_skew and max_outliers: a failure names the ranks, hosts, links and nodes that stood out
     lines += [f"  FAIL  {j.message()}" for j in judgements
               if j.criterion in ("max_rank_skew", "max_outliers") and not j.passed]

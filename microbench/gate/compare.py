@@ -38,6 +38,7 @@ from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_t
 from microbench.results.columns import Table, median_of, per_run_medians
 from microbench.results.keys import ConfigKey
 from microbench.results.load import run_label, run_time
+from microbench.results import metrics
 from microbench.results.metrics import higher_is_better
 
 #: verdicts; a regression makes ``microbench compare`` exit 1 (an unconfirmed one with --fail-unconfirmed)
@@ -106,6 +107,7 @@ class Row:
     days: int | None = None  #: baseline days the new runs were judged against (by_day), else None
     detectable: float | None = None  #: smallest bad change (fraction) flagged with 90 % probability; None: untested
     runs_needed: int | None = None  #: with a plan: runs a side for the planned change (None: out of reach)
+    launch_bound: bool = False  #: a record of either side was marked launch-bound (issue 44)
 
     @property
     def baseline_median(self) -> float:
@@ -125,7 +127,8 @@ class Row:
                 "ratio_geometric_means": math.exp(t.log_diff) if t else None, "p": t.p if t else None,
                 "p_adjusted": self.p_adjusted, "ci_low": iv[0] if iv else None, "ci_high": iv[1] if iv else None,
                 "verdict": self.verdict, "se_log": t.se if t else None, "df": t.df if t else None,
-                "detectable_change_90": self.detectable, "plan_runs_per_side": self.runs_needed}
+                "detectable_change_90": self.detectable, "plan_runs_per_side": self.runs_needed,
+                "launch_bound": self.launch_bound}
 
 
 @dataclass
@@ -255,7 +258,19 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
         else:
             result.rows.append(_row(key, base_values[key], new_values[key], result.rho, by_day))
     _judge(result, higher_is_better(metric))
+    if metric in metrics.LAUNCH_MARKED:
+        bound = launch_bound_configs(baseline, base_mask) | launch_bound_configs(new, select(new) if select else None)
+        for row in result.rows:
+            row.launch_bound = row.key in bound
     return result
+
+
+def launch_bound_configs(table: Table, rows: np.ndarray | None) -> set[ConfigKey]:
+    """The configurations with a record marked launch-bound among ``rows`` (a boolean mask; None: all)."""
+    bound = metrics.launch_bound(table.numbers)
+    if rows is not None:
+        bound = bound & rows
+    return {table.configs[c] for c in np.unique(table.config[bound]).tolist()}
 
 
 def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> Row:

@@ -12,7 +12,7 @@ from microbench.gate import compare_power as power
 from microbench.gate.compare import (IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison,
                                      outcome, untested_remedy)
 from microbench.gate.text import num, render
-from microbench.results import keys
+from microbench.results import keys, metrics
 from microbench.results.columns import RunInfo
 from microbench.results.keys import ConfigKey
 from microbench.results.load import mpi_library, time_span
@@ -99,7 +99,7 @@ def text_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], 
             continue
         iv = r.interval
         base_runs = f"{len(r.baseline)}/{r.days}d" if r.days else str(len(r.baseline))
-        rows.append([format_size(r.key.size_bytes), r.key.benchmark, str(r.key.get("ranks")),
+        rows.append([format_size(r.key.size_bytes) + ("*" if r.launch_bound else ""), r.key.benchmark, str(r.key.get("ranks")),
                      str(r.key.get("backend")), *([keys.describe_options(r.key, shown)] if shown else []),
                      num(r.baseline_median), base_runs, num(r.new_median), str(len(r.new)), f"{r.ratio:.3f}",
                      f"[{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "too few runs",
@@ -112,6 +112,10 @@ def text_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], 
         if only:
             names = ", ".join(f"{k.benchmark} {format_size(k.size_bytes)}" for k in only[:10])
             lines.append(f"# note: {len(only)} configuration(s) {title}: {names}{' ...' if len(only) > 10 else ''}")
+    bound = [r for r in result.rows if r.launch_bound]
+    if bound:
+        lines.append(f"# note: * {metrics.LAUNCH_BOUND_ADVICE_SHORT}: " + ", ".join(
+            f"{r.key.benchmark} {format_size(r.key.size_bytes)}" for r in bound[:10]) + (" ..." if len(bound) > 10 else ""))
     lines += could_see_lines(result)
     summary = ", ".join(f"{result.count(v)} {SHOWN_VERDICT[v]}" for v in SHOWN_VERDICT if result.count(v))
     lines.append(f"# {len(result.rows)} configuration(s) compared: {summary} -> {final_word(result, code)}")

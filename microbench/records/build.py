@@ -47,8 +47,18 @@ class LoopFacts:
         return cls(loop.kind, loop.call_path, loop.last_timer,
                    {"iterations_per_replay": graph.iterations_per_replay, "replays": graph.replays,
                     "graphs": graph.graphs} if graph else None,
-                   {"host_us_per_call": launch.host_us_per_call, "device_us_per_call": launch.device_us_per_call,
-                    "bound": launch.bound} if launch else None)
+                   _launch_block(launch) if launch else None)
+
+
+def _launch_block(launch) -> dict:
+    """A result's ``launch``: host and device time per call, whether launch-bound, and the paired loop's gate."""
+    block = {"host_us_per_call": launch.host_us_per_call, "device_us_per_call": launch.device_us_per_call,
+             "bound": launch.bound}
+    if launch.gate_us is not None:
+        block.update(gate_us=launch.gate_us, ungated=launch.ungated)
+    if launch.samples is not None:
+        block["samples"] = launch.samples
+    return block
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,7 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "algbw_bytes": s_bytes, "busbw_factor": factor,
         "check": figures.check, "first_call_us": figures.first_call_us,
         "loop": loop.kind, "call_path": loop.call_path, "timer": loop.timer,
-        "device": transport.device.kind, "buffer": opts.buffer, "cache": cache,
+        "device": transport.device.runtime or transport.device.kind, "buffer": opts.buffer, "cache": cache,
         "cache_bytes": transport.cache_bytes,
         "pool_bytes": pool.pool_bytes if pool else plan.send_count * item + plan.recv_count * item,
         "pool_slots": pool.slots if pool else 1,

@@ -176,12 +176,18 @@ class GraphReplays(Block, kw_only=True):
 
 
 class LaunchTimes(Block, kw_only=True):
-    """Eager CUDA-event timing: host launch time and device time per call (us); ``bound``: the host's launch
+    """CUDA-event timing: host launch time and device time per call (us); ``bound``: the host's launch
     rate, not the collective, set the samples."""
 
     host_us_per_call: Micros
     device_us_per_call: Micros
     bound: bool
+    # issue 44: the paired loop's gate (--sync barrier, --flush, --check on NCCL)
+    gate_us: Annotated[float, Meta(ge=0, le=MAX_DURATION_US, description="paired timing: the median device spin "
+                                   "each start event waited behind while the host launched the call (us)")] | UnsetType = UNSET
+    ungated: Annotated[int, Meta(ge=0, le=MAX_COUNT, description="paired timing: samples whose launch outlasted "
+                                 "their gate (they hold host launch time)")] | UnsetType = UNSET
+    samples: Annotated[int, Meta(ge=0, le=MAX_COUNT, description="paired timing: samples timed")] | UnsetType = UNSET
 
 
 class TimeBudget(Block, kw_only=True):
@@ -422,6 +428,9 @@ class RankGpu(Block, kw_only=True):
     index: Optional[Count] | UnsetType = UNSET
     uuid: Optional[str]
     bus_id: Optional[str]
+    # issue 44
+    nccl_hostid: Annotated[str, Meta(description="the NCCL_HOSTID this rank ran under (NCCL takes it for the "
+                                     "host: ranks with different ids may share a GPU)")] | UnsetType = UNSET
 
 
 class DeviceFacts(Block, kw_only=True):

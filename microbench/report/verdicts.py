@@ -16,7 +16,7 @@ from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, R
 from microbench.gate.compare_text import final_word
 from microbench.gate.spec import Spec
 from microbench.report.markup import Section, badge, details, el, esc, notes, num, svg_root, table, text_el
-from microbench.results import keys
+from microbench.results import keys, metrics
 from microbench.results.metrics import UNITS, explain
 from microbench.units import format_size
 
@@ -147,7 +147,7 @@ def _compare_rows(result: Comparison) -> tuple[list[list[str]], list[str | None]
         ci = f"[{_ratio(low)}, {_ratio(high)}]" if r.interval else "too few runs"
         p = "-" if r.p_adjusted is None else f"{r.p_adjusted:.3g}"
         tip = f"ratio {r.ratio:.4f}, interval {ci}, adjusted p {p}, {verdict}"
-        rows.append([esc(format_size(r.key.size_bytes)), esc(r.key.benchmark), esc(r.key.get("ranks")),
+        rows.append([esc(format_size(r.key.size_bytes) + ("*" if r.launch_bound else "")), esc(r.key.benchmark), esc(r.key.get("ranks")),
                      esc(r.key.get("backend")), esc(keys.describe_options(r.key, shown)), esc(num(r.baseline_median)),
                      esc(len(r.baseline)), esc(num(r.new_median)), esc(len(r.new)), esc(_ratio(r.ratio)), esc(ci),
                      esc(p), interval_glyph(r.ratio, low, high, result.threshold, r.verdict, domain, tip),
@@ -180,6 +180,9 @@ def compare_section(result: Comparison, baseline_runs: int, new_runs: int) -> Se
         f"{k.benchmark} {format_size(k.size_bytes)}" for k in keys_[:10]) + (" ..." if len(keys_) > 10 else "")
         for side, keys_ in (("the baseline", result.only_baseline), ("the new runs", result.only_new)) if keys_]
     bad = result.count(REGRESSION)
+    bound = [f"{r.key.benchmark} {format_size(r.key.size_bytes)}" for r in result.rows if r.launch_bound]
+    only += [f"* {metrics.LAUNCH_BOUND_ADVICE_SHORT}: {', '.join(bound[:10])}{' ...' if len(bound) > 10 else ''}"
+             ] if bound else []
     html += notes(only + ([f"Outcome: {final_word(result, 1 if bad else 0)}"] if result.untested else []))
     counts = ", ".join(f"{result.count(v)} {_VERDICT_TEXT.get(v, v)}" for v in
                        (REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED) if result.count(v))
