@@ -38,6 +38,7 @@ VERBS = {
     "report": ("microbench.report.cli", "one self-contained HTML page of results, verdicts and history"),
     "info": ("microbench.cluster.info_cli", "what this machine, MPI and torch offer"),
     "replay": ("microbench.replay.cli", "replay one training iteration's communication and time it"),
+    "doctor": ("microbench.doctor.cli", "name the layer that is broken when a multi-node launch hangs or crawls"),
 }
 
 

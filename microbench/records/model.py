@@ -876,12 +876,58 @@ class ReplayRecord(Record, tag="replay", kw_only=True):
     per_launch: PerLaunch | UnsetType = UNSET
 
 
+# ------------------------------------------------------------------------------------------ doctor (issue 45)
+class DoctorFinding(Block, kw_only=True):
+    """One thing a layer found wrong (or noted): where (a host, ranks) and what, in a sentence."""
+
+    what: str
+    host: Optional[str]
+    ranks: list[Count]
+    note: bool  #: said, not a failure
+
+
+class DoctorLayer(Block, kw_only=True):
+    """One layer's verdict: pass, fail, skipped (and why), or not run (a layer below failed)."""
+
+    layer: Annotated[int, Meta(ge=1, le=7)]
+    name: Literal["launch", "software", "mpi", "network", "placement", "torch", "bandwidth"]
+    status: Literal["pass", "fail", "skipped", "not_run"]
+    seconds: Optional[Seconds]
+    summary: str
+    next: Optional[str]  #: what to check next, when it failed
+    findings: list[DoctorFinding]
+    details: dict[str, Unknown]  #: the layer's figures (versions, interfaces, the bandwidth matrix in GB/s)
+
+
+class DoctorRecord(Record, tag="doctor", kw_only=True):
+    """``microbench doctor --out``: each layer of a launch from the launcher up to a bandwidth round, and the
+    first that failed (docs/doctor.md). Not a run: check, compare and history skip it."""
+
+    schema: Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)]
+    run_id: RunId
+    microbench_version: str
+    time_utc: Time
+    command: str
+    launcher: Optional[str]
+    launch_command: Optional[str]  #: the launcher command the doctor ran (``microbench doctor -- LAUNCHER``)
+    ranks_expected: Optional[Positive]
+    ranks: Count  #: ranks that checked in
+    hosts: list[str]
+    ranks_per_host: dict[str, Positive]
+    timeout_s: Seconds  #: per layer
+    verdict: Literal["pass", "fail", "interrupted"]
+    failed_layer: Optional[Annotated[int, Meta(ge=1, le=7)]]
+    layers: Annotated[list[DoctorLayer], Meta(min_length=7, max_length=7)]
+    wall_s: Seconds
+
+
 #: Every record type, by its ``type``.
 RECORD_TYPES: dict[str, type[Record]] = {
     "run": RunRecord, "result": ResultRecord, "end": EndRecord, "samples": SamplesRecord, "cycle": CycleRecord,
     "soak": SoakRecord, "bisect": BisectRecord, "replay": ReplayRecord}
+RECORD_TYPES["doctor"] = DoctorRecord  # issue 45
 AnyRecord = Union[RunRecord, ResultRecord, EndRecord, SamplesRecord, CycleRecord, SoakRecord, BisectRecord,
-                  ReplayRecord]
+                  ReplayRecord, DoctorRecord]
 
 
 class ModelError(ValueError):
