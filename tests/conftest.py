@@ -26,7 +26,8 @@ for _name in [n for n in os.environ if n.startswith("MICROBENCH_TEST_")]:
 
 # ------------------------------------------------------------------------------ required groups
 #: test module (glob) -> the group of optional parts its tests need; every other module is "core"
-GROUPS = {"test_torch.py": "torch", "test_slurm.py": "slurm", "test_emulated_slurm.py": "slurm",
+GROUPS = {"test_torch.py": "torch", "test_doctor_torch.py": "torch", "test_slurm.py": "slurm",
+          "test_emulated_slurm.py": "slurm",
           "test_emulated_*.py": "emulated-cluster", "test_reframe.py": "reframe", "test_report*.py": "report",
           "test_required_groups.py": "canary", "canaries.py": "canary"}
 #: groups whose tests must run (CI sets them: .ci/run): a skip in one fails the run, unless the test is in

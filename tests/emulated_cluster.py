@@ -225,13 +225,19 @@ esac
         """``argv`` run on ``node``: in its network and UTS namespaces, with an /etc/hosts that names every node
         (bound over the machine's in a mount namespace of the command's own); the same files otherwise."""
         n = self.node(node)
+        binds = self.binds_file(node)  # read when the command starts: binds added after up() apply too
         # sysfs shows the network namespace of whoever mounted it: the node's own view of /sys/class/net (its
         # emu0 and lo, as on a real node) comes from a sysfs mounted inside the node, bound over the machine's
         net = (f"mount -t sysfs sysfs {self.sysfs} && mount --bind {self.sysfs}/class/net /sys/class/net && "
                f"mount --bind {self.sysfs}/devices/virtual/net /sys/devices/virtual/net")
+        mounts = (f'mount --bind {self.hosts_file} /etc/hosts && {net} && if [ -f {binds} ]; then while read -r '
+                  f'src dst; do mount --bind "$src" "$dst" || exit 1; done < {binds}; fi && exec "$@"')
         return ["nsenter", f"--net=/run/netns/{n.netns}", f"--uts={n.uts}", "--",
-                "unshare", "--mount", "--propagation", "slave", "--",
-                "/bin/sh", "-c", f'mount --bind {self.hosts_file} /etc/hosts && {net} && exec "$@"', "sh", *argv]
+                "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", mounts, "sh", *argv]
+
+    def binds_file(self, node: str) -> Path:
+        """``SOURCE TARGET`` lines: files bound over others for every command started on ``node`` (``bound``)."""
+        return self.state / f"{self.node(node).name}.binds"
 
     def mpi_env(self) -> dict[str, str]:
         """Open MPI settings for the ranks: TCP on the cluster subnet between nodes, shared memory inside one.
@@ -246,6 +252,14 @@ esac
         """Open MPI's mpiexec on node0 starting ``nranks`` ranks over ``hosts`` (default: every node),
         ``per_node`` slots each, placed ``map_by`` slot (fill a node first) or node (round robin);
         and the environment it needs. Append the program and its arguments."""
+        hosts = hosts or self.hosts
+        args, env = self.mpiexec_args(nranks, per_node, hosts, map_by)
+        return self.command(hosts[0], args), env
+
+    def mpiexec_args(self, nranks: int, per_node: int, hosts: list[str] | None = None,
+                     map_by: str = "slot") -> tuple[list[str], dict[str, str]]:
+        """``mpiexec_command`` without the node it runs on: the launcher's own arguments, for a program that runs
+        on node0 and starts the launcher itself (``microbench doctor -- ARGS``)."""
         from microbench.cluster import launch
         from microbench.cluster.mpi_runtime import import_mpi, library
 
@@ -258,7 +272,7 @@ esac
                 "--prtemca", "plm", "ssh", "--prtemca", "plm_ssh_agent", str(self.agent),
                 "--prtemca", "oob_tcp_if_include", SUBNET]
         env.pop("PRTE_MCA_rmaps_default_mapping_policy", None)  # slots come from --host
-        return self.command(hosts[0], args), {**env, **self.mpi_env()}
+        return args, {**env, **self.mpi_env()}
 
     def microbench_command(self, args: list[str], per_node: int = 1, hosts: list[str] | None = None,
                            map_by: str = "slot") -> tuple[list[str], dict[str, str]]:
@@ -287,6 +301,66 @@ esac
             yield self.node(node)
         finally:
             self.unthrottle(node)
+
+    # -- faults of one node, the way they happen (tests/test_emulated_doctor.py) ---------------------
+    @contextlib.contextmanager
+    def link_down(self, node: str):
+        """The node's link down (its interface, as a pulled cable or a port shut on the switch would leave it)."""
+        n = self.node(node)
+        _sh("ip", "-n", n.netns, "link", "set", IFACE, "down")
+        try:
+            yield n
+        finally:
+            _sh("ip", "-n", n.netns, "link", "set", IFACE, "up")
+
+    @contextlib.contextmanager
+    def port_blocked(self, node: str, port: int):
+        """TCP to ``port`` dropped on its way out of the node, as a firewall rule there would (iptables and nft are
+        not in every image: a tc filter redirects those packets to a veth that is down, where they vanish)."""
+        n = self.node(node)
+        _sh("ip", "-n", n.netns, "link", "add", "blk0", "type", "veth", "peer", "name", "blk1")
+        try:
+            _sh("ip", "netns", "exec", n.netns, "tc", "qdisc", "add", "dev", IFACE, "clsact")
+            _sh("ip", "netns", "exec", n.netns, "tc", "filter", "add", "dev", IFACE, "egress", "protocol", "ip",
+                "u32", "match", "ip", "dport", str(port), "0xffff", "action", "mirred", "egress", "redirect",
+                "dev", "blk0")
+            yield n
+        finally:
+            _sh("ip", "netns", "exec", n.netns, "tc", "qdisc", "del", "dev", IFACE, "clsact", check=False)
+            _sh("ip", "-n", n.netns, "link", "del", "blk0", check=False)
+
+    @contextlib.contextmanager
+    def renamed(self, node: str, name: str):
+        """The node's interface under another name (its address kept), as on a node whose image names it
+        differently (eth0 against ens3)."""
+        n = self.node(node)
+        self._rename(n, IFACE, name)
+        try:
+            yield n
+        finally:
+            self._rename(n, name, IFACE)
+
+    @staticmethod
+    def _rename(n: Node, old: str, new: str) -> None:
+        _sh("ip", "-n", n.netns, "link", "set", old, "down")
+        _sh("ip", "-n", n.netns, "link", "set", old, "name", new)
+        _sh("ip", "-n", n.netns, "link", "set", new, "up")
+
+    @contextlib.contextmanager
+    def bound(self, node: str, source: str | Path, target: str | Path):
+        """``source`` seen at ``target`` by every command started on ``node``, as on a node whose image holds
+        another file at that path (another build of a library, another version of a package)."""
+        binds = self.binds_file(node)
+        line = f"{source} {target}\n"
+        if " " in f"{source}{target}":
+            raise ValueError("bound: paths without spaces")
+        with open(binds, "a") as f:
+            f.write(line)
+        try:
+            yield self.node(node)
+        finally:
+            kept = [l for l in binds.read_text().splitlines(keepends=True) if l != line]
+            binds.write_text("".join(kept)) if kept else binds.unlink()
 
     def qdisc(self, node: str) -> str:
         """``tc qdisc show`` of the node's interface (what shapes its traffic now)."""

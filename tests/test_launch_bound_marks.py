@@ -77,7 +77,7 @@ def test_check_names_the_launch_bound_configurations(runs, tmp_path):
 
 def test_compare_marks_the_rows_and_names_them(runs):
     proc = microbench("compare", "--baseline", str(runs[0]), "--new", str(runs[1]))
-    assert proc.returncode in (0, 1), proc.output
+    assert proc.returncode in (0, 1, 4), proc.output  # the marks are judged here, not the verdict (1 run a side)
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split() and line.split()[0][0].isdigit()}
     assert "8*" in rows and "64" in rows, proc.stdout
     note = [line for line in proc.stdout.splitlines() if line.startswith("# note: *")]
@@ -89,7 +89,7 @@ def test_compare_marks_the_rows_and_names_them(runs):
 def test_the_report_marks_the_tables_and_the_comparison(runs, tmp_path):
     page = tmp_path / "report.html"
     proc = microbench("report", str(runs[1]), "--baseline", str(runs[0]), "-o", str(page), timeout=300)
-    assert proc.returncode in (0, 1), proc.output
+    assert proc.returncode in (0, 1, 4), proc.output  # the marks are judged here, not the verdict (1 run a side)
     html = page.read_text()
     assert LAUNCH_BOUND_ADVICE_SHORT.replace("'", "&#x27;") in html or LAUNCH_BOUND_ADVICE_SHORT in html
     assert "1 result(s) at 8<" in html  # the figure's note

@@ -22,6 +22,7 @@ LAYERS = (
     ("measure",),
     ("records",),
     ("run",),
+    ("doctor",),  # issue 45: uses cluster, measure, records
     ("results",),
     ("plotting",),
     ("gate",),

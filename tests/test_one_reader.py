@@ -30,6 +30,7 @@ OTHER_INPUTS = {
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
     "cluster/cache_folder.py": "what microbench remembers between launches in its cache folder (mpicc -show, the launcher)",
     "cluster/facts.py": "/proc and /sys facts of the machine",
+    "cluster/machine.py": "/proc/loadavg, /proc/stat and /proc/PID/stat (what else the host was doing)",
     "cluster/launch.py": "writes the --np parent's signal note",
     "cluster/links.py": "/sys facts of a host's links (or a recorded host's copy of them)",
     "cluster/links_nvml.py": "a recorded host's NVML answers (nvml.json)",
@@ -56,8 +57,14 @@ OTHER_INPUTS = {
     "workload/traces/jsonread.py": "communication traces (Kineto, execution traces), streamed",
     "workload/traces/nccl_profiler.py": "NCCL profiler plugin output (JSON lines of events, not records)",
     "workload/traces/inspector.py": "NCCL Inspector plugin files (JSON lines of a job's operations, not records)",
-    "results/expected.py": "the reference table of expected values it ships (TOML)",
     "workload/traces/source.py": "opens a communication trace (plain or gzip)",
+    # issue 45: the doctor
+    "doctor/hosts.py": "an Open MPI / MPICH host file (the nodes a launch should reach)",
+    "doctor/network.py": "/sys facts of InfiniBand/RoCE ports",
+    "doctor/placement.py": "/sys facts of NUMA nodes, GPUs and NICs",
+    "doctor/plane.py": "the doctor's own control-plane messages (one JSON object a line over TCP)",
+    "doctor/rendezvous.py": "the coordinator's address file rank 0 publishes for the other ranks",
+    "doctor/software.py": "/sys/module facts (the GPU driver's version)",
 }
 
 _JSON = {"json.loads", "json.load", "msgspec.json.decode", "msgspec.json.Decoder", "ijson.items", "ijson.kvitems",

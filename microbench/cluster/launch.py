@@ -10,7 +10,10 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
 
 from microbench.errors import RunError, UsageError
 
@@ -167,15 +170,19 @@ def is_np_parent(nranks: int | None) -> bool:
     return nranks is not None and not discover().under_launcher
 
 
-def start_ranks(argv: list[str], nranks: int, check: Callable[[], None] | None = None) -> int:
+def start_ranks(argv: list[str], nranks: int, check: Callable[[], None] | None = None,
+                launched: Callable[[subprocess.Popen], None] | None = None,
+                on_signal: Callable[[str], None] | None = None) -> int:
     """The ``--np N`` parent of any verb: refuse N below 1, run ``check()`` (what the verb can refuse before a rank
     exists: a refusal here is one line, as on the ranks), then start N local ranks running ``argv`` without
-    ``--np`` under the matching mpiexec (``self_launch``). Returns the ranks' exit status."""
+    ``--np`` under the matching mpiexec (``self_launch``; ``launched`` is given mpiexec's process as it starts,
+    ``on_signal`` the name of a signal this process gets, before it is passed on). Returns the ranks' exit
+    status."""
     if nranks < 1:
         raise UsageError(f"--np must be at least 1 (got {nranks})")
     if check is not None:
         check()
-    return self_launch(argv, nranks)
+    return self_launch(argv, nranks, launched, on_signal)
 
 
 def _terminate_with_parent() -> None:
@@ -191,8 +198,11 @@ def _terminate_with_parent() -> None:
         pass
 
 
-def self_launch(argv: list[str], nranks: int) -> int:
-    """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command."""
+def self_launch(argv: list[str], nranks: int, launched: Callable[[subprocess.Popen], None] | None = None,
+                on_signal: Callable[[str], None] | None = None) -> int:
+    """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command (``launched`` is
+    called with mpiexec's process, started in a session of its own; ``on_signal``, when given, is told a signal's
+    name instead of the line a run prints about its records)."""
     import subprocess
 
     from microbench.cluster.mpi_runtime import launcher_library
@@ -216,20 +226,25 @@ def self_launch(argv: list[str], nranks: int) -> int:
     # then passes it on (mpiexec forwards it to the ranks, which close their records); should this process be
     # killed outright (SIGKILL: a test's or a job's time limit), mpiexec gets SIGTERM, so no rank is left behind
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_terminate_with_parent)
+    if launched is not None:
+        launched(proc)
     received: list[int] = []
 
-    def on_signal(signum, frame):
+    def forward(signum, frame):
         name = signal.Signals(signum).name
         if not received:
             with open(note, "w") as f:
                 f.write(name)
-            print(f"microbench: {name}: the ranks close the records (finished sizes are on disk) and stop",
-                  file=sys.stderr, flush=True)
+            if on_signal is not None:
+                on_signal(name)
+            else:
+                print(f"microbench: {name}: the ranks close the records (finished sizes are on disk) and stop",
+                      file=sys.stderr, flush=True)
         received.append(signum)
         proc.send_signal(signum)
 
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, on_signal),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, on_signal)}
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, forward),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, forward)}
     try:
         status = proc.wait()
     finally:

@@ -16,6 +16,8 @@ at the start of a run, and a malformed value is a usage error.
 - ``MICROBENCH_TEST_SLOW_RANK=RANK:MICROSECONDS``: that rank starts every iteration of every size (the first
   call, warmup and timed iterations, in the sweep, the pairwise test and bisection) that long late: a
   straggler. See ``SlowedLoop`` for how, and what each loop then measures.
+- ``MICROBENCH_TEST_DOCTOR_STALL=RANK:POINT``: in ``microbench doctor``, that rank sleeps at POINT (a layer's
+  name, or ``mpi_init``: just before MPI_Init) instead of going on (``doctor_stall``).
 
 The targeted hooks take an optional fourth field, ``RANK:BENCH:SIZE:CYCLE``: they fire only in that cycle
 of a soak run (``--cycles``/``--duration``); without it they fire in every cycle.
@@ -204,3 +206,24 @@ class SlowedLoop:
             time.sleep(self.delay_s)
             out[i] = self.inner.run(prepared, 1, start + i, barrier, flush)[0]
         return out
+
+
+DOCTOR_STALL = "MICROBENCH_TEST_DOCTOR_STALL"
+
+
+def doctor_stall(env: Mapping[str, str] | None = None) -> tuple[int, str] | None:
+    """(rank, point) of ``MICROBENCH_TEST_DOCTOR_STALL``, or None (also without ``MICROBENCH_TESTING=1``, said
+    once on stderr)."""
+    env = os.environ if env is None else env
+    text = env.get(DOCTOR_STALL)
+    if not text:
+        return None
+    if env.get(ENABLE) != "1":
+        print(f"microbench: warning: {DOCTOR_STALL} ignored: test hooks act only with {ENABLE}=1",
+              file=sys.stderr, flush=True)
+        return None
+    rank, sep, point = text.partition(":")
+    if not sep or not rank.isdigit() or not point:
+        raise UsageError(f"{DOCTOR_STALL}={text!r}: expected RANK:POINT (e.g. 2:mpi_init)")
+    return int(rank), point
+

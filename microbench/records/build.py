@@ -33,9 +33,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
-               transport: Transport, links: dict | None = None, path_peak: dict | None = None) -> dict:
+               transport: Transport, links: dict | None = None, path_peak: dict | None = None,
+               machine: list[dict] | None = None) -> dict:
     """The first line of a run: what ran where, on which libraries, under which conditions and options; each
-    host's links and the peak of the path its data crossed (``microbench.run.peaks``)."""
+    host's links and the peak of the path its data crossed (``microbench.run.peaks``); ``machine``: each host's
+    state at the start (``run.machine_state``)."""
     device = transport.device
     return _make(model.RunRecord, {
         **({"links": links, "path_peak": path_peak} if links is not None else {}),
@@ -75,6 +77,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
                                                 mpi_abi=transport.lib.abi if transport.lib else None),
         },
         "options": asdict(opts),
+        **({"machine": machine} if machine else {}),
+        "per_launch": {"env": facts.per_launch_env()},
     })
 
 
@@ -161,10 +165,12 @@ def samples_record(run_id: str, benchmark: str, size_bytes: int, cache: str, ran
                                        "cache": cache, "rank": rank, "latency_us": latency_us})
 
 
-def end_record(run_id: str, status: str, reason: str, results: int) -> dict:
-    """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout)."""
+def end_record(run_id: str, status: str, reason: str, results: int, machine: list[dict] | None = None) -> dict:
+    """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout); ``machine``: each
+    host's state over the run (``run.machine_state``)."""
     return _make(model.EndRecord, {"run_id": run_id, "status": status, "reason": reason,
-                                   "time_utc": facts.utc_now(), "results": results})
+                                   "time_utc": facts.utc_now(), "results": results,
+                                   **({"machine": machine} if machine else {})})
 
 
 # ------------------------------------------------------------------------------ diagnostics (docs/diagnostics.md)
@@ -221,6 +227,7 @@ def replay_record(*, run_id: str, argv: list[str], backend: str, layout: Layout,
         "version_mismatch": layout.version_mismatch,
         "conditions": {"thp": facts.thp_mode(), "page_size": facts.page_size(), "cpu": facts.cpu_model(),
                        "cpus_per_rank": launch.cpu_count(), "env": facts.relevant_env()},
+        "per_launch": {"env": facts.per_launch_env()},
         **summary,
     })
 

@@ -281,6 +281,9 @@ class OutlierRule(Block, kw_only=True):
     cells: Count | UnsetType = UNSET
     nodes: Count | UnsetType = UNSET
     mad_of: str | UnsetType = UNSET
+    # issue 39: a pairs test measured in repeated passes flags only what stands out in a majority of them
+    passes: Count | UnsetType = UNSET
+    passes_needed: Count | UnsetType = UNSET
 
 
 # ------------------------------------------------------------------------------------------ issue 43: links and peaks
@@ -472,6 +475,51 @@ class Conditions(Block, kw_only=True):
     progress: Progress | UnsetType = UNSET
 
 
+# ------------------------------------------------------------------------------------------ issue 39: machine state
+CpuShare = Annotated[float, Meta(ge=0, le=MAX_COUNT, description="CPUs' worth of time (1.0 = one CPU busy throughout)")]
+
+
+class BusyProcess(Block, kw_only=True):
+    """A process other than the run's own that used CPU time during the window."""
+
+    pid: Count
+    name: str
+    cpus: CpuShare
+
+
+class GpuProcess(Block, kw_only=True):
+    """A process other than the run's own with a context on one of the host's GPUs."""
+
+    pid: Count
+    name: str
+    gpu: Optional[str]  #: the GPU's UUID (or index) as the driver names it
+    used_bytes: Optional[Bytes]
+
+
+class MachineState(Block, kw_only=True):
+    """What else the host was doing (``cluster/machine.py``): load, steal and the other busy processes over a
+    window (at the start: the run's setup; at the end: the whole run), and on GPUs the other processes on them."""
+
+    host: str
+    time_utc: Time
+    cpus: Positive  #: CPUs online
+    load_avg: Annotated[list[Annotated[float, Meta(ge=0)]], Meta(min_length=3, max_length=3,
+                                                                 description="1, 5 and 15 minute load averages")]
+    running: Count  #: runnable tasks at that moment (this run's ranks included)
+    window_s: Seconds | UnsetType = UNSET  #: the window the CPU figures are over
+    others_cpus: CpuShare | UnsetType = UNSET  #: CPU time of every process but the run's own over the window
+    steal_cpus: CpuShare | UnsetType = UNSET  #: CPU time the hypervisor gave to other guests over the window
+    busy: list[BusyProcess] | UnsetType = UNSET  #: the other processes that used the most CPU (at most 5)
+    gpu_processes: list[GpuProcess] | UnsetType = UNSET  #: other processes on the host's GPUs (GPU runs)
+
+
+class PerLaunch(Block, kw_only=True):
+    """Values that differ between launches by construction, or only steer how microbench shows and reads things
+    (``cluster/conditions.py`` lists them with reasons): kept apart from ``conditions``, never a cause of a step."""
+
+    env: dict[str, str] | UnsetType = UNSET
+
+
 class RunOptionsBlock(Block, kw_only=True):
     """The run's options as ``RunOptions`` holds them (``options.py``); only the two listed are typed here."""
 
@@ -504,6 +552,9 @@ class RunRecord(Record, tag="run", kw_only=True):
     # issue 43: each host's links and the peak of the path the run's data crossed
     links: dict[str, HostLinks] | UnsetType = UNSET
     path_peak: Optional[PathPeak] | UnsetType = UNSET
+    # issue 39: what else each host was doing at the start, and the per-launch values kept apart from conditions
+    machine: list[MachineState] | UnsetType = UNSET
+    per_launch: PerLaunch | UnsetType = UNSET
 
     own_required: ClassVar[tuple[str, ...]] = (
         "microbench_version", "time_utc", "command", "hosts", "ranks_per_host", "launcher", "mpi", "torch",
@@ -563,6 +614,8 @@ class ResultRecord(Record, tag="result", kw_only=True):
     outlier_rule: OutlierRule | UnsetType = UNSET
     node_outliers: list[NodeOutlier] | UnsetType = UNSET
     node_outlier_rule: OutlierRule | UnsetType = UNSET
+    # issue 39: each pass's matrix of a pairs test measured in repeated passes (``matrix`` is their cellwise median)
+    repeats: list[list[list[Optional[Annotated[float, Meta(ge=0, le=MAX_DURATION_US)]]]]] | UnsetType = UNSET
     time_utc: Time | UnsetType = UNSET
     wall_s: Seconds | UnsetType = UNSET
     requested_bytes: Bytes | UnsetType = UNSET
@@ -608,6 +661,8 @@ class EndRecord(Record, tag="end", kw_only=True):
     reason: str
     time_utc: Time | UnsetType = UNSET
     results: Count
+    # issue 39: what else the hosts were doing at the end (CPU figures over the whole run)
+    machine: list[MachineState] | UnsetType = UNSET
 
 
 class SamplesRecord(Record, tag="samples", kw_only=True):
@@ -817,14 +872,62 @@ class ReplayRecord(Record, tag="replay", kw_only=True):
     comparison_threshold: Annotated[float, Meta(gt=0)]
     rules: list[str]
     notes: list[str]
+    # issue 39: the per-launch values kept apart from conditions
+    per_launch: PerLaunch | UnsetType = UNSET
+
+
+# ------------------------------------------------------------------------------------------ doctor (issue 45)
+class DoctorFinding(Block, kw_only=True):
+    """One thing a layer found wrong (or noted): where (a host, ranks) and what, in a sentence."""
+
+    what: str
+    host: Optional[str]
+    ranks: list[Count]
+    note: bool  #: said, not a failure
+
+
+class DoctorLayer(Block, kw_only=True):
+    """One layer's verdict: pass, fail, skipped (and why), or not run (a layer below failed)."""
+
+    layer: Annotated[int, Meta(ge=1, le=7)]
+    name: Literal["launch", "software", "mpi", "network", "placement", "torch", "bandwidth"]
+    status: Literal["pass", "fail", "skipped", "not_run"]
+    seconds: Optional[Seconds]
+    summary: str
+    next: Optional[str]  #: what to check next, when it failed
+    findings: list[DoctorFinding]
+    details: dict[str, Unknown]  #: the layer's figures (versions, interfaces, the bandwidth matrix in GB/s)
+
+
+class DoctorRecord(Record, tag="doctor", kw_only=True):
+    """``microbench doctor --out``: each layer of a launch from the launcher up to a bandwidth round, and the
+    first that failed (docs/doctor.md). Not a run: check, compare and history skip it."""
+
+    schema: Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)]
+    run_id: RunId
+    microbench_version: str
+    time_utc: Time
+    command: str
+    launcher: Optional[str]
+    launch_command: Optional[str]  #: the launcher command the doctor ran (``microbench doctor -- LAUNCHER``)
+    ranks_expected: Optional[Positive]
+    ranks: Count  #: ranks that checked in
+    hosts: list[str]
+    ranks_per_host: dict[str, Positive]
+    timeout_s: Seconds  #: per layer
+    verdict: Literal["pass", "fail", "interrupted"]
+    failed_layer: Optional[Annotated[int, Meta(ge=1, le=7)]]
+    layers: Annotated[list[DoctorLayer], Meta(min_length=7, max_length=7)]
+    wall_s: Seconds
 
 
 #: Every record type, by its ``type``.
 RECORD_TYPES: dict[str, type[Record]] = {
     "run": RunRecord, "result": ResultRecord, "end": EndRecord, "samples": SamplesRecord, "cycle": CycleRecord,
     "soak": SoakRecord, "bisect": BisectRecord, "replay": ReplayRecord}
+RECORD_TYPES["doctor"] = DoctorRecord  # issue 45
 AnyRecord = Union[RunRecord, ResultRecord, EndRecord, SamplesRecord, CycleRecord, SoakRecord, BisectRecord,
-                  ReplayRecord]
+                  ReplayRecord, DoctorRecord]
 
 
 class ModelError(ValueError):

@@ -236,7 +236,7 @@ def read_runs(paths: Iterable[str | os.PathLike], strict: bool = False,
                     run = by_id[record.run_id] = Run(meta=data, source=str(f.path))
                     runs.append(run)
                 continue
-            if isinstance(record, (model.SamplesRecord, model.ReplayRecord)):
+            if isinstance(record, (model.SamplesRecord, model.ReplayRecord, model.DoctorRecord)):
                 continue  # records of their own, not parts of a run (read_records reads them)
             owner = by_id.get(record.run_id)
             if owner is None:

@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from microbench.records.model import (CLOCK_FLOOR_US, LATENCY_STATS, MAX_BANDWIDTH_GBPS, REL_TOL, LatencyStats,
-                                      ModelError, Record, ResultRecord)
+from microbench.records.model import (CLOCK_FLOOR_US, LATENCY_STATS, MAX_BANDWIDTH_GBPS, REL_TOL, DoctorRecord,
+                                      LatencyStats, ModelError, Record, ResultRecord)
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,21 @@ def problems(record: Record, complete: bool = False) -> str | None:
             return f"a {type(record).__name__} of microbench's own without {', '.join(missing)}"
     if isinstance(record, ResultRecord):
         return _result_problems(record)
+    if isinstance(record, DoctorRecord):  # issue 45
+        return _doctor_problems(record)
+    return None
+
+
+def _doctor_problems(rec: DoctorRecord) -> str | None:
+    """A doctor record's layers are 1 to 7 in order; its verdict and failed layer say what its layers say: the
+    first failed layer, and ``pass`` only when none failed."""
+    if [layer.layer for layer in rec.layers] != list(range(1, len(rec.layers) + 1)):
+        return "doctor layers out of order (expected 1 to 7)"
+    failed = next((layer.layer for layer in rec.layers if layer.status == "fail"), None)
+    if rec.failed_layer != failed:
+        return f"failed_layer {rec.failed_layer} but the first failed layer is {failed}"
+    if (rec.verdict == "pass") != (failed is None):
+        return f"verdict {rec.verdict} with {'no' if failed is None else 'a'} failed layer"
     return None
 
 
@@ -142,6 +157,9 @@ def pairs_problems(rec: Any) -> str | None:
         return f"participant_ranks: {len(participants)} ranks for {n} labels"
     if any(matrix[i][i] is not None for i in range(n)):
         return "matrix: a value on the diagonal (a participant's link to itself)"
+    repeats = _field(rec, "repeats")  # issue 39: each pass's matrix, the same shape
+    if repeats is not None and any(len(m) != n or any(len(row) != n for row in m) for m in repeats):
+        return f"repeats: a pass's matrix is not {n} x {n}"
     unit = _field(rec, "matrix_unit")
     cells = [v for row in matrix for v in row if v is not None]
     if unit == "GB/s" and any(v > MAX_BANDWIDTH_GBPS for v in cells):

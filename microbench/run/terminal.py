@@ -243,6 +243,11 @@ def outlier_lines(rec: dict) -> list[str]:
              f"(z {o['z']}, {rule['direction']} {rule.get('threshold', 0):.3f})" for o in rec["outliers"]]
     lines += [f"# OUTLIER node {n['label']}: row median {n['row_median']:.3f} {unit} (z {n['z']}, "
               f"{node_rule['direction']} {node_rule.get('threshold', 0):.3f})" for n in rec.get("node_outliers", [])]
+    if rec["outliers"] or rec.get("node_outliers"):  # issue 39: what one run's flags are worth
+        passes = rule.get("passes")
+        lines.append(f"# outliers: stood out in the median of {passes} passes and in a majority of them; one run: "
+                     "repeat the run before acting (a spec with min_runs judges the median run)" if passes else
+                     "# outliers: one pass of one run: repeat before acting (--pair-repeats, more runs)")
     if not rec["outliers"]:
         med = rule.get("median")
         lines.append(f"# no link stands out (median {med:.3f} {unit}, limit z {rule['z_limit']})" if med is not None
