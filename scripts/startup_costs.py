@@ -29,6 +29,7 @@ Scenarios (each launched as ``--np`` ranks under the MPI's mpiexec, in the same 
 - ``run``: ``microbench run allreduce -m 8 -i 100 -x 10 --out DIR`` (rank 0 writes the records);
 - ``run (zipapp)``: the same from ``scripts/build_zipapp.py``'s archive (``--zipapp PATH``, else built here);
 - ``replay``: ``microbench replay --hidden 256 --layers 1 --heads 4 --scheme ddp --dp N --iterations 3``;
+- ``doctor``: ``microbench doctor --skip torch,bandwidth`` under mpiexec (layers 1-5);
 - ``--np parent``: the process ``microbench run --np N`` starts before mpiexec (alone, not its ranks);
 - ``check``, ``compare``, ``history``, ``report``: the verbs that read results, on ``run``'s file (one process).
 
@@ -98,13 +99,15 @@ def _report():
     rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID")
                  if v in os.environ), "-")
     local = sum(1 for _, p in _paths if p.startswith(_LOCAL))
+    modules = sorted(sys.modules)  # before the json this report needs
+    import json
     line = {"pid": os.getpid(), "rank": rank, "calls": dict(_calls), "total": sum(_calls.values()),
-            "node_local": local, "modules": sorted(sys.modules), "import_s": round(_import_s[0], 4),
+            "node_local": local, "modules": modules, "import_s": round(_import_s[0], 4),
             "wall_s": round(time.perf_counter() - _t0, 4)}
     if os.environ.get("MB_COUNT_PATHS") == "1": line["paths"] = _paths
     with open(os.environ["MB_COUNT_OUT"], "a") as f:
         f.write(json.dumps(line) + "\n")
-import atexit, json
+import atexit
 atexit.register(_report)
 import runpy
 _argv = sys.argv[1:]
@@ -182,6 +185,8 @@ def scenarios(nranks: int, folder: Path, zipapp: Path) -> dict[str, tuple[list[s
         "run": ([*runner, py, counter, "-m", "microbench", *run], extra, "ranks"),
         "run (zipapp)": ([*runner, py, counter, str(zipapp), *run], extra, "ranks"),
         "replay": ([*runner, py, counter, "-m", "microbench", *replay], extra, "ranks"),
+        "doctor": ([*runner, py, counter, "-m", "microbench", "doctor", "--skip", "torch,bandwidth", "--out",
+                    str(folder / "doctor.jsonl")], extra, "ranks"),
         "--np parent": ([py, counter, "-m", "microbench", "run", "--np", str(nranks), *run[1:]], {}, "one"),
         "check": ([py, counter, "-m", "microbench", "check", out, "--spec", str(spec)], {}, "one"),
         "compare": ([py, counter, "-m", "microbench", "compare", "--baseline", out, "--new", out], {}, "one"),
