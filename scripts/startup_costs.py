@@ -28,6 +28,10 @@ Scenarios (each launched as ``--np`` ranks under the MPI's mpiexec, in the same 
 - ``floor``: ``python -c "from mpi4py import MPI; import numpy"``, the floor;
 - ``run``: ``microbench run allreduce -m 8 -i 100 -x 10 --out DIR`` (rank 0 writes the records);
 - ``run (zipapp)``: the same from ``scripts/build_zipapp.py``'s archive (``--zipapp PATH``, else built here);
+- ``run (no bytecode)``: from a copy of the package with no ``.pyc`` and ``PYTHONDONTWRITEBYTECODE=1`` (each
+  rank compiles every module, every launch: an install on a file system the ranks cannot write);
+- ``run (unchecked pyc)``: from a copy compiled with ``compileall --invalidation-mode unchecked-hash`` (no
+  source stat per module);
 - ``replay``: ``microbench replay --hidden 256 --layers 1 --heads 4 --scheme ddp --dp N --iterations 3``;
 - ``doctor``: ``microbench doctor --skip torch,bandwidth`` under mpiexec (layers 1-5);
 - ``--np parent``: the process ``microbench run --np N`` starts before mpiexec (alone, not its ranks);
@@ -144,35 +148,103 @@ def count(argv: list[str], extra: dict[str, str], out: Path, keep_paths: bool = 
           timeout: float = 300) -> list[dict]:
     """Run ``argv`` (its python processes under the counter); one record per counted process."""
     out.unlink(missing_ok=True)
-    env = {**os.environ, **extra, "MB_COUNT_OUT": str(out), "MB_COUNT_PATHS": "1" if keep_paths else "0"}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a normal install: bytecode written once, read after
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as an install: .pyc read
+    env.update(extra, MB_COUNT_OUT=str(out), MB_COUNT_PATHS="1" if keep_paths else "0")
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
-    if proc.returncode != 0:
+    if proc.returncode not in (0, 1, 4):  # a verdict (FAIL, INCONCLUSIVE) is an answer; 2 and 3 are not
         raise SystemExit(f"startup_costs: {' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode()[-600:]}")
     return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
 
 
-def strace_counts(argv: list[str], extra: dict[str, str], folder: Path) -> list[int]:
-    """Per python process, the syscalls that name a path (strace ``%file``) and directory reads, sorted."""
+def strace_counts(argv: list[str], extra: dict[str, str], folder: Path, exe: str | None = None) -> list[list[int]]:
+    """Per python process, [syscalls that name a path (strace ``%file``) and folder reads, of which on a shared
+    file system (its first path, or its descriptor's, outside /proc, /sys, /dev, /run, /tmp)], sorted."""
     trace = folder / "trace"
     shutil.rmtree(trace, ignore_errors=True)
     trace.mkdir()
-    env = {**os.environ, **extra}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run(["strace", "-f", "-ff", "-qq", "-e", "trace=%file,getdents64", "-o", str(trace / "t"), *argv],
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(extra)
+    subprocess.run(["strace", "-f", "-ff", "-qq", "-y", "-e", "trace=%file,getdents64", "-o", str(trace / "t"), *argv],
                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
-    counts, exe = [], f'execve("{sys.executable}"'
+    counts, exe = [], f'execve("{exe or sys.executable}"'
+    import re
+
+    local, path = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp"), re.compile(r'"(/[^"]*)"|<(/[^>]*)>')
     for f in trace.iterdir():
         lines = f.read_text(errors="replace").splitlines()
         starts = [i for i, line in enumerate(lines) if line.startswith(exe)]
         if starts:  # this interpreter's process: what it did from its exec on
-            counts.append(sum(1 for line in lines[starts[-1]:] if not line.startswith(("+++", "---"))))
+            calls = [line for line in lines[starts[-1]:] if not line.startswith(("+++", "---"))]
+            named = [path.search(line) for line in calls]  # the first path a call names (-y: a descriptor's too)
+            shared = sum(1 for m in named if m is None or not (m.group(1) or m.group(2)).startswith(local))
+            counts.append([len(calls), shared])
     return sorted(counts)
 
 
-def scenarios(nranks: int, folder: Path, zipapp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
-    """name -> (argv, environment additions, which processes to report: 'ranks' or 'one')."""
+C_PROGRAM = """#include <mpi.h>
+int main(int argc, char **argv) { double x = 1, y; MPI_Init(&argc, &argv);
+  for (int i = 0; i < 100; i++) MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Finalize(); return 0; }
+"""
+
+
+def c_program_counts(nranks: int, folder: Path) -> list[list[int]] | None:
+    """strace counts per rank of a C MPI program (MPI_Init, 100 allreduces: what OMB's osu_allreduce does before
+    it measures), built with the MPI's own mpicc; None where it cannot be built."""
+    from microbench.cluster.mpi_runtime import launcher_library
+    from microbench.measure.native.toolchain import NativeUnavailable, find_mpicc
+
+    source, exe = folder / "c_mpi.c", folder / "c_mpi"
+    source.write_text(C_PROGRAM)
+    try:
+        mpicc = find_mpicc(launcher_library()[0])
+    except NativeUnavailable:
+        return None
+    if subprocess.run([mpicc, "-O2", str(source), "-o", str(exe)], capture_output=True).returncode != 0:
+        return None
     runner, extra = mpiexec(nranks)
+    return strace_counts([*runner, str(exe)], extra, folder, exe=str(exe))
+
+
+def model(per_rank: dict[str, int], rate: float, per_node: int) -> list[str]:
+    """Time to first measurement spent on the shared file system's metadata server, on paper: each rank's
+    metadata operations on it, times the ranks, over the server's rate (no client cache: every rank's lookups
+    reach the server), and over the nodes alone (a client cache shared by a node's ranks: one rank's lookups
+    per node reach it)."""
+    scales = [16, 128, 1024, 4096, 16384]
+    lines = [f"# metadata operations per rank on the shared file system, at {rate:,.0f} operations/s; seconds "
+             f"with no client cache / with one per node ({per_node} ranks per node)",
+             f"{'':<28} {'ops/rank':>8} " + " ".join(f"{n:>15,}" for n in scales)]
+    for name, ops in per_rank.items():
+        cells = [f"{ops * n / rate:7.1f}/{ops * max(1, n // per_node) / rate:<7.2f}" for n in scales]
+        lines.append(f"{name:<28} {ops:>8,} " + " ".join(f"{c:>15}" for c in cells))
+    return lines
+
+
+def package_copy(folder: Path, name: str, compile_mode: str | None) -> Path:
+    """A copy of the package without bytecode (``compile_mode`` None) or compiled by ``compileall`` with that
+    invalidation mode; returns the folder to put on ``PYTHONPATH``."""
+    import compileall
+    import py_compile
+
+    import microbench
+
+    root = folder / name
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(Path(microbench.__file__).parent, root / "microbench",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
+    if compile_mode:
+        compileall.compile_dir(root, quiet=1, invalidation_mode=py_compile.PycInvalidationMode[compile_mode])
+    return root
+
+
+def scenarios(nranks: int, folder: Path, zipapp: Path,
+              copies: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
+    """name -> (argv, environment additions, which processes to report: 'ranks' or 'one'); the package's copies
+    go to ``copies`` (not under /tmp, so that their calls count as shared as an install's do)."""
+    runner, extra = mpiexec(nranks)
+    no_pyc = {**extra, "PYTHONPATH": str(package_copy(copies, "no-bytecode", None)), "PYTHONDONTWRITEBYTECODE": "1"}
+    unchecked = {**extra, "PYTHONPATH": str(package_copy(copies, "unchecked", "UNCHECKED_HASH"))}
     py, counter = sys.executable, str(counter_file(folder))
     out = str(folder / "results.jsonl")
     run = ["run", "allreduce", "-m", "8", "-i", "100", "-x", "10", "--out", out]
@@ -184,6 +256,8 @@ def scenarios(nranks: int, folder: Path, zipapp: Path) -> dict[str, tuple[list[s
         "floor": ([*runner, py, counter, "-c", "from mpi4py import MPI; import numpy"], extra, "ranks"),
         "run": ([*runner, py, counter, "-m", "microbench", *run], extra, "ranks"),
         "run (zipapp)": ([*runner, py, counter, str(zipapp), *run], extra, "ranks"),
+        "run (no bytecode)": ([*runner, py, counter, "-m", "microbench", *run], no_pyc, "ranks"),
+        "run (unchecked pyc)": ([*runner, py, counter, "-m", "microbench", *run], unchecked, "ranks"),
         "replay": ([*runner, py, counter, "-m", "microbench", *replay], extra, "ranks"),
         "doctor": ([*runner, py, counter, "-m", "microbench", "doctor", "--skip", "torch,bandwidth", "--out",
                     str(folder / "doctor.jsonl")], extra, "ranks"),
@@ -224,15 +298,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", help="scenarios to run (default: all)")
     p.add_argument("--strace", action="store_true", help="also count every path syscall per process with strace")
     p.add_argument("--json", type=Path, help="write the figures here")
+    p.add_argument("--mds-rate", type=float, default=50_000,
+                   help="with --strace: the metadata server's operations per second for the model (default 50,000)")
+    p.add_argument("--ranks-per-node", type=int, default=8, help="with --strace: for the model (default 8)")
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="mb-startup-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mb-startup-") as tmp, \
+            tempfile.TemporaryDirectory(prefix=".mb-startup-", dir=Path.home()) as copies:
         folder = Path(tmp)
         zipapp = args.zipapp
         if zipapp is None:
-            zipapp = folder / "microbench.pyz"
+            zipapp = Path(copies) / "microbench.pyz"  # beside the copies: read as from a shared folder
             subprocess.run([sys.executable, str(Path(__file__).with_name("build_zipapp.py")), "-o", str(zipapp)],
                            check=True, stdout=subprocess.DEVNULL)
-        table = scenarios(args.np, folder, zipapp)
+        table = scenarios(args.np, folder, zipapp, Path(copies))
         chosen = [n for n in table if not args.only or n in args.only]
         if "run" not in chosen and any(n in chosen for n in ("check", "compare", "history", "report")):
             chosen.insert(0, "run")  # the reading verbs read run's file
@@ -261,9 +339,18 @@ def main(argv: list[str] | None = None) -> int:
                       f"{f['by_kind']['open']:>6.0f} {f['by_kind']['stat']:>6.0f} {f['by_kind']['dlopen']:>6.0f} "
                       f"{f['modules']:>8} {f['microbench_modules']:>10} {f['import_s']:>9.3f}"
                       + (f"  {trace}" if trace is not None else ""))
+        c_counts = c_program_counts(args.np, folder) if args.strace and shutil.which("strace") else None
+        if args.strace and "run" in figures and figures["run"].get("strace"):
+            ranks = {"a C MPI program (OMB)": c_counts,
+                     "python + mpi4py + numpy": figures["floor"].get("strace"),
+                     "microbench run, rank > 0": figures["run"]["strace"],
+                     "microbench.pyz, rank > 0": figures.get("run (zipapp)", {}).get("strace")}
+            per_rank = {k: int(statistics.median(c[1] for c in v[:-1] or v)) for k, v in ranks.items() if v}
+            print()
+            print("\n".join(model(per_rank, args.mds_rate, args.ranks_per_node)))
         if args.json:
             args.json.write_text(json.dumps({"np": args.np, "repeat": args.repeat, "floor_calls": floor_calls,
-                                             "floor_shared": floor_shared,
+                                             "floor_shared": floor_shared, "c_program_strace": c_counts,
                                              "figures": figures}, indent=1))
     return 0
 
