@@ -14,7 +14,9 @@ elements (the size a user asks for, in elements of the benchmark's type) the wei
 - ``file:PATH``: weights read from a text file, numbers separated by spaces or commas, ``#`` comments: one line
   is a histogram over destinations whose length is a multiple of the ranks (a router's tokens per expert:
   experts in consecutive blocks per rank, as Megatron-Core places local experts, summed per rank); n lines of n
-  numbers are the matrix itself.
+  numbers are the matrix itself;
+- any of them followed by ``/T``: the transpose (row = receiver): what a mixture-of-experts layer's combine sends
+  back after a dispatch of that split (``zipf:1.2/T``: the hot rank sends most).
 
 The pattern's canonical text (``SplitPattern.text``) is what records and the configuration key carry; a file's
 carries its name and the first 8 hex digits of the SHA-256 of its weights, so two different files are never one
@@ -27,14 +29,14 @@ import functools
 import hashlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from microbench.errors import UsageError
 
 KINDS = ("uniform", "zipf", "hot", "file")
-SYNTAX = "uniform, zipf:S (S > 0), hot:K (K >= 1) or file:PATH"
+SYNTAX = "uniform, zipf:S (S > 0), hot:K (K >= 1) or file:PATH, each optionally followed by /T (transposed)"
 MAX_FILE_BYTES = 1 << 24  #: a split file larger than this is refused (a 1024 x 1024 matrix takes about 8 MiB)
 MAX_WEIGHT = 1e30  #: the largest weight a file may hold (keeps sums finite)
 
@@ -47,15 +49,19 @@ class SplitPattern:
     parameter: float | None = None
     rows: tuple[tuple[float, ...], ...] | None = None  #: file: one histogram row, or the n x n matrix
     name: str | None = None  #: file: the file's name as given
+    transposed: bool = False  #: row = receiver: the combine of a dispatch with this split
 
     @property
     def text(self) -> str:
-        """The canonical text: ``uniform``, ``zipf:1.2``, ``hot:4``, ``file:NAME#DIGEST`` (records, keys)."""
+        """The canonical text: ``uniform``, ``zipf:1.2``, ``hot:4``, ``file:NAME#DIGEST``, each with ``/T`` when
+        transposed (records, keys)."""
         if self.kind == "uniform":
-            return "uniform"
-        if self.kind == "file":
-            return f"file:{os.path.basename(self.name or '')}#{self.digest()}"
-        return f"{self.kind}:{self.parameter:g}"
+            base = "uniform"
+        elif self.kind == "file":
+            base = f"file:{os.path.basename(self.name or '')}#{self.digest()}"
+        else:
+            base = f"{self.kind}:{self.parameter:g}"
+        return base + ("/T" if self.transposed else "")
 
     def digest(self) -> str:
         """The first 8 hex digits of the SHA-256 of a file pattern's weights (repr of each, row by row)."""
@@ -77,6 +83,10 @@ class SplitPattern:
 
     def weights(self, nranks: int) -> np.ndarray:
         """The n x n weight matrix, row = sender, column = receiver (float64, every row summing above 0 or 0)."""
+        w = self._weights(nranks)
+        return w.T.copy() if self.transposed else w
+
+    def _weights(self, nranks: int) -> np.ndarray:
         n = nranks
         if self.kind == "uniform":
             return np.ones((n, n))
@@ -128,7 +138,8 @@ def _matrix(pattern: SplitPattern, count: int, n: int) -> np.ndarray:
         left = target - int(base.sum())
         if left > 0:
             distance = (np.arange(n) - src) % n
-            order = sorted(range(n), key=lambda j: (-(exact[j] - base[j]), distance[j]))
+            remainder = np.round(exact - base, 9)  # equal shares stay equal whatever the float error
+            order = sorted(range(n), key=lambda j: (-remainder[j], distance[j]))
             for j in order[:left]:
                 base[j] += 1
         elif left < 0:  # floating error above: take from the largest blocks
@@ -141,7 +152,11 @@ def _matrix(pattern: SplitPattern, count: int, n: int) -> np.ndarray:
 
 def parse(text: str) -> SplitPattern:
     """A pattern from its text (``--splits``): UsageError naming what is wrong (a file is read here)."""
-    kind, _, arg = text.strip().partition(":")
+    text = text.strip()
+    if text.endswith("/T"):
+        inner = parse(text[:-2])
+        return replace(inner, transposed=not inner.transposed)
+    kind, _, arg = text.partition(":")
     kind = kind.lower()
     if kind == "uniform" and not arg:
         return UNIFORM
@@ -203,6 +218,8 @@ def read_rows(path: str) -> tuple[tuple[float, ...], ...]:
 def from_text(text: str, rows: list | tuple | None = None) -> SplitPattern:
     """A pattern from its canonical text and, for a file, the rows already read (ranks never read it twice)."""
     if text.startswith("file:"):
-        name = text[5:].rsplit("#", 1)[0]
-        return SplitPattern("file", rows=tuple(tuple(float(x) for x in r) for r in rows or ()), name=name)
+        transposed = text.endswith("/T")
+        name = text[5:-2 if transposed else None].rsplit("#", 1)[0]
+        return SplitPattern("file", rows=tuple(tuple(float(x) for x in r) for r in rows or ()), name=name,
+                            transposed=transposed)
     return parse(text)

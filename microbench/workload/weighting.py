@@ -16,7 +16,7 @@ from statistics import median
 
 from microbench.benchmarks.workload_sizes import BENCHMARK_FOR
 from microbench.workload.interpolation import at_size
-from microbench.workload.messages import Message, wire_bytes
+from microbench.workload.messages import Message, message_wire
 
 STATISTICS = {"p50": "p50 (median of all samples)", "avg": "avg (mean across ranks of per-rank means)"}
 
@@ -109,7 +109,7 @@ def weigh(messages: list[Message], curves: dict[tuple[str, int], Curve], statist
                      "latency_us": latency, "how": how,
                      "time_us": m.count * latency if carries else 0.0,
                      "moved_bytes": m.count * m.bytes if carries else 0,
-                     "wire_bytes": float(wire_bytes(m.collective, m.bytes, m.group_size)) * m.count
+                     "wire_bytes": float(message_wire(m)) * m.count
                      if m.group_size else None})
     per_iteration = [r for r in rows if r["phase"] != "setup"]
     total_time = sum(r["time_us"] for r in per_iteration)
