@@ -105,7 +105,7 @@ def test_llama3_ring_attention_sends_kv_chunks_around_the_cp_ring():
                         + [("backward", c, chunk, 64) for c in ("send", "recv")]
                         + [("backward", c, 2 * chunk, 64) for c in ("send", "recv")])
     assert out["check"]["residual_bytes"] == 0
-    assert {m["group_size"] for m in out["messages"] if m.get("dimension") == "dp"} == {8}  # dp x cp
+    assert {m["group_size"] for m in out["messages"] if m.get("dimension") == "dp_cp"} == {8}  # dp x cp
 
 
 def test_ulysses_all_to_alls_of_q_k_v_and_the_output():
@@ -135,7 +135,7 @@ def test_deepseek_v3_in_4d_and_5d_layouts_checks_to_zero(kw):
     check = dist.check()
     assert check["residual_bytes"] == 0, check
     dims = {msg.dimension for msg in dist.messages}
-    assert "ep" in dims and "dp" in dims
+    assert "ep" in dims and ({"dp", "dp_cp"} & dims)
 
 
 def test_expert_gradients_go_to_the_expert_data_parallel_group():

@@ -628,7 +628,7 @@ class ReplayCall(Block, kw_only=True):
     them (the benchmark table's entries, the group's ranks, the buffers moved per rank) and its times."""
 
     collective: str
-    group: Literal["tp", "pp", "dp", "ep", "cp", "edp"]  # ep, cp, edp: issue 42
+    group: Literal["tp", "pp", "dp", "cp", "dp_cp", "ep", "etp", "edp", "tp_ep"]  # cp and after: issue 42
     bytes: Bytes
     calls: Positive
     overlapped: bool | UnsetType = UNSET

@@ -113,8 +113,9 @@ def _gradients(w: Workload, layers: int) -> tuple[list[str], list[Message], Frac
     bucket = megatron_bucket_elements(d)  # max(4e7, 1e6 x the dp group's size, context parallelism not counted)
     terms, messages, volume = [], [], Fraction(0)
     if d * c > 1:
-        messages += _buckets(dense[::-1], d * c, e, "gradients", "dp", bucket)
-        messages += _setup(dense, e, d * c, "dp")
+        group = "dp_cp" if c > 1 else "dp"  # Megatron-Core reduces dense gradients over dp with context parallelism
+        messages += _buckets(dense[::-1], d * c, e, "gradients", group, bucket)
+        messages += _setup(dense, e, d * c, group)
         volume += eq2_data_parallel(sum(dense), d * c) * e
         terms.append("Eq. 2 on one rank's dense parameters over dp x cp")
     if experts and w.expert_dp > 1:
