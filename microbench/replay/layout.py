@@ -68,8 +68,8 @@ class Layout:
     def check(self, world_size: int) -> None:
         """Raise UsageError unless the layout fills exactly ``world_size`` ranks."""
         if self.world != world_size:
-            parts = " x ".join(f"--{k} {getattr(self, k)}" for k in ("tp", "cp", "dp", "pp")
-                               if k in ("tp", "dp", "pp") or getattr(self, k) > 1)
+            parts = " x ".join(f"--{k} {getattr(self, k)}" for k in ("tp", "pp", "dp", "cp")
+                               if k != "cp" or self.cp > 1)
             raise UsageError(f"{parts} = {self.world} ranks, but the job has {world_size}")
 
     def _dims(self, kind: str) -> list[tuple[str, int]]:
