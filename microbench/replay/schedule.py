@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from microbench.benchmarks.splits import SplitPattern
+from microbench.benchmarks.splits import parse as parse_split
 from microbench.errors import UsageError
 from microbench.replay.layout import Layout
 from microbench.workload.distribution import DATA_PARALLEL_SCHEMES, Workload
@@ -188,7 +189,7 @@ def from_messages(messages, world: int) -> tuple[list[Call], list[str]]:
         repeat = int(m.count + 0.5)
         if m.group_size not in (None, world):
             other[m.group_size] = other.get(m.group_size, 0) + repeat
-        out += [Call(m.collective, m.bytes, "dp", "trace", False)] * repeat
+        out += [Call(m.collective, m.bytes, "dp", "trace", False, parse_split(m.splits) if m.splits else None)] * repeat
     notes = ["a trace's calls are replayed blocking, grouped by collective and size, on one communicator of all "
              "ranks (the tallied trace keeps no call order, overlap or group membership)"]
     if p2p:

@@ -92,6 +92,9 @@ def trace_lines(tally: TraceTally, messages: list[Message], iterations: int) -> 
     if s["uncurved"]:
         lines.append("# uncurved collectives (no measured curve, not priced), calls: "
                      + ", ".join(f"{name} {n}" for name, n in s["uncurved"].items()))
+    if s["alltoallv_splits"]:  # issue 42: all-to-all-v tallied by split pattern
+        lines.append("# all-to-all-v calls by split pattern (the peak-to-mean of their per-peer sizes as hot:K): "
+                     + ", ".join(f"{name} {n}" for name, n in s["alltoallv_splits"].items()))
     skipped = ", ".join(f"{n} {why}" for why, n in s["skipped"].items()) or "none"
     lines += [f"# left out: {skipped}",
               f"# Count: calls per rank (mean over the trace's ranks) divided by --trace-iterations ({iterations})"]
