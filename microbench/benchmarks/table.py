@@ -244,7 +244,9 @@ def alltoallv_entry(pattern: SplitPattern = UNIFORM, itemsize: int = 1) -> Colle
     )
 
 
-ALLTOALLV = alltoallv_entry()
+#: the table's entry: uniform until a run binds its --splits (``with_splits``); its summary names no pattern
+ALLTOALLV = replace(alltoallv_entry(), summary="MPI_Alltoallv / all_to_all_single with split sizes: each rank sends "
+                                               "its own amount to every rank (--splits: uniform, zipf:S, hot:K, file)")
 
 
 def nonblocking_mpi_call(blocking: str) -> str:
