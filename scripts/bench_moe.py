@@ -9,7 +9,8 @@ over launches of each launch's p50 latency. What the skew costs is read at the s
 one; a combine split (zipf:1.2/T, whose size is what the hot rank sends back) at the uniform split's latency
 interpolated (log-log) at its mean send. The figure: p50 latency against the mean send per pattern, and each
 skewed pattern's latency over the uniform one's at the same mean. The records are kept (``--out``), so
-``microbench workload --results`` can price a MoE workload on them.
+``microbench workload --results`` can price a MoE workload on them. ``--emulated``: the same on the emulated
+cluster, 2 nodes x 2 ranks (ranks 0, 1 on node0, 2, 3 on node1: half of every rank's blocks cross TCP).
 
 ``replay``: ``microbench replay --np 4`` of an MoE layout (ep 4 x dp 4, zipf:1.2 routing) and of two
 context-parallel layouts (ring attention on cp 2 x dp 2 and on cp 4), ``--rounds`` launches each shuffled: the
@@ -18,7 +19,8 @@ total row of the comparison (predicted from the same launch's per-call latencies
 (expert groups inside a node, expert-data-parallel groups across) and ep 4 (expert groups across the nodes),
 open and with node1's link capped at ``--throttle`` Mbit/s: per-group seconds.
 
-    python scripts/bench_moe.py curves [--rounds 3] [--out DIR] [--figure plots/alltoallv-skew.png]
+    python scripts/bench_moe.py curves [--rounds 3] [--emulated] [--out DIR] [--figure plots/alltoallv-skew.png]
+    python scripts/bench_moe.py curves --replot DIR [--emulated] --figure plots/alltoallv-skew.png
     python scripts/bench_moe.py replay [--rounds 3] [--emulated] [--throttle 50] [--json out.json]
 """
 
@@ -58,23 +60,39 @@ def microbench(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 # ------------------------------------------------------------------------------------------------ curves
 def curves(args) -> None:
-    out = Path(args.out)
+    out = Path(args.replot or args.out)
+    if args.replot:  # the p50s of an earlier measurement: table and figure again
+        p50 = {(k.split("|")[0], int(k.split("|")[1])): v for k, v in json.loads((out / "p50.json").read_text()).items()}
+        report(args, p50)
+        return
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(p, r) for p in PATTERNS for r in range(args.rounds)]
     random.shuffle(jobs)
     p50: dict[tuple[str, int], list[float]] = {}
+    cluster = emulated_cluster() if args.emulated else None
     print(f"# load at start: {load()}")
-    for pattern, r in jobs:
-        path = out / f"alltoallv-{pattern.replace(':', '').replace('/', '')}-{r}.jsonl"
-        proc = microbench("run", "--np", "4", "alltoallv", "--splits", pattern, "-m", args.sizes, "-i", "30",
-                          "-x", "5", "--out", str(path))
-        if proc.returncode != 0:
-            raise SystemExit(f"alltoallv --splits {pattern} failed:\n{proc.stderr}")
-        for line in path.read_text().splitlines():
-            rec = json.loads(line)
-            if rec.get("type") == "result":
-                p50.setdefault((pattern, rec["size_bytes"]), []).append(rec["latency_us"]["p50"])
+    try:
+        for pattern, r in jobs:
+            path = out / f"alltoallv-{pattern.replace(':', '').replace('/', '')}-{r}.jsonl"
+            run = ["run", "alltoallv", "--splits", pattern, "-m", args.sizes, "-i", "30", "-x", "5", "--out", str(path)]
+            if cluster is None:
+                proc = microbench(*run[:1], "--np", "4", *run[1:])
+            else:
+                cmd, env = cluster.microbench_command(run, per_node=2, hosts=cluster.hosts[:2])
+                proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                raise SystemExit(f"alltoallv --splits {pattern} failed:\n{proc.stderr}")
+            _collect(path, pattern, p50)
+    finally:
+        if cluster is not None:
+            cluster.down()
     print(f"# load at end: {load()}")
+    (out / "p50.json").write_text(json.dumps({f"{p}|{size}": v for (p, size), v in p50.items()}))
+    report(args, p50)
+
+
+def report(args, p50: dict) -> None:
+    """The table (medians over launches, their range, each pattern over the uniform split's) and the figure."""
     medians = {key: statistics.median(v) for key, v in p50.items()}
     sizes = sorted({s for _, s in medians})
     means = {(p, s): mean_send(p, s) for p, s in medians}
@@ -86,7 +104,30 @@ def curves(args) -> None:
         ratios = [cost(medians, means, p, s, sizes) for p in PATTERNS[1:]]
         print(f"| {s} | " + " | ".join(cells + [f"{r:.2f}" if r else "-" for r in ratios]) + " |")
     if args.figure:
-        figure(medians, means, sizes, args.figure, args.rounds)
+        where = ("emulated cluster, 2 nodes x 2 ranks, TCP between nodes" if args.emulated
+                 else "one host, Open MPI shared memory")
+        figure(p50, means, sizes, args.figure, where)
+
+
+def _collect(path: Path, pattern: str, p50: dict) -> None:
+    """Each result's p50 of one launch's records, by (pattern, size)."""
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "result":
+            p50.setdefault((pattern, rec["size_bytes"]), []).append(rec["latency_us"]["p50"])
+
+
+def emulated_cluster():
+    """The emulated 2-node cluster (tests/emulated_cluster.py), up."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import emulated_cluster as emu
+
+    why = emu.missing()
+    if why:
+        raise SystemExit(f"the emulated cluster cannot be made here: {why}")
+    cluster = emu.EmulatedCluster(2, "benchmoe")
+    cluster.up()
+    return cluster
 
 
 def mean_send(pattern: str, size: int, ranks: int = 4) -> float:
@@ -115,7 +156,10 @@ def cost(medians: dict, means: dict, pattern: str, size: int, sizes: list[int]) 
     return medians[(pattern, size)] / base if base else None
 
 
-def figure(medians: dict, means: dict, sizes: list[int], path: str, rounds: int) -> None:
+COLORS = {"uniform": "tab:blue", "zipf:1.2": "tab:orange", "zipf:1.2/T": "tab:green", "hot:4": "tab:red"}
+
+
+def figure(p50: dict, means: dict, sizes: list[int], path: str, where: str) -> None:
     sys.path.insert(0, str(REPO))
     import matplotlib
 
@@ -125,13 +169,18 @@ def figure(medians: dict, means: dict, sizes: list[int], path: str, rounds: int)
     from microbench.output_files import write_output
     from microbench.units import format_size
 
+    medians = {key: statistics.median(v) for key, v in p50.items()}
+    rounds = min(len(v) for v in p50.values())
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for p in PATTERNS:
-        left.plot([means[(p, s)] for s in sizes], [medians[(p, s)] for s in sizes], marker="o", label=p)
+        x, y = [means[(p, s)] for s in sizes], [medians[(p, s)] for s in sizes]
+        spread = [[y[i] - min(p50[(p, s)]) for i, s in enumerate(sizes)],
+                  [max(p50[(p, s)]) - y[i] for i, s in enumerate(sizes)]]
+        left.errorbar(x, y, yerr=spread, marker="o", capsize=2, color=COLORS[p], label=p)
         if p != "uniform":
             points = [(means[(p, s)], cost(medians, means, p, s, sizes)) for s in sizes]
-            points = [(x, y) for x, y in points if y]
-            right.plot([x for x, _ in points], [y for _, y in points], marker="o", label=p)
+            points = [(a, b) for a, b in points if b]
+            right.plot([a for a, _ in points], [b for _, b in points], marker="o", color=COLORS[p], label=p)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [format_size(s) for s in sizes])
@@ -139,11 +188,11 @@ def figure(medians: dict, means: dict, sizes: list[int], path: str, rounds: int)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     left.set_yscale("log")
-    left.set_ylabel("p50 latency (us)")
+    left.set_ylabel("p50 latency (us): median and range of the launches")
     right.axhline(1.0, color="grey", lw=0.8)
     right.set_ylabel("latency / uniform split's at the same mean send")
-    fig.suptitle(f"alltoallv on 4 ranks (one host, Open MPI shared memory): routing skew's cost; median of {rounds} "
-                 "launches each", fontsize=10)
+    fig.suptitle(f"alltoallv on 4 ranks ({where}): routing skew's cost; median of {rounds} launches each",
+                 fontsize=10)
     fig.tight_layout()
     write_output(path, lambda f: fig.savefig(f, format="png", dpi=110), what="figure ")
     print(f"# figure written to {path}")
@@ -156,7 +205,7 @@ def total(summary: dict) -> dict:
 
 def replay(args) -> None:
     results: dict[str, list[dict]] = {}
-    jobs = [(name, r) for name in LAYOUTS for r in range(args.rounds)]
+    jobs = [(name, r) for name in LAYOUTS for r in range(args.rounds)] if not args.skip_local else []
     random.shuffle(jobs)
     print(f"# load at start: {load()}")
     for name, _ in jobs:
@@ -183,14 +232,7 @@ def replay(args) -> None:
 
 def emulated_runs(args) -> dict:
     """MoE with ep 2 (inside a node) and ep 4 (across), open and throttled, on 2 emulated nodes x 2 ranks."""
-    sys.path.insert(0, str(REPO / "tests"))
-    import emulated_cluster as emu
-
-    why = emu.missing()
-    if why:
-        raise SystemExit(f"the emulated cluster cannot be made here: {why}")
-    cluster = emu.EmulatedCluster(2, "benchmoe")
-    cluster.up()
+    cluster = emulated_cluster()
     out: dict = {}
     try:
         for ep in ("2", "4"):
@@ -199,11 +241,12 @@ def emulated_runs(args) -> dict:
                  "--iterations", "3", "--json"], per_node=2, hosts=cluster.hosts[:2])
             for state in ("open", "throttled"):
                 for _ in range(args.rounds):
+                    full = {**os.environ, **env}
                     if state == "throttled":
                         with cluster.throttled("node1", args.throttle):
-                            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+                            proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=900)
                     else:
-                        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+                        proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=900)
                     if proc.returncode != 0:
                         raise SystemExit(f"emulated replay ep {ep} {state} failed:\n{proc.stderr}")
                     summary = json.loads(proc.stdout)
@@ -230,9 +273,12 @@ def main() -> None:
     c.add_argument("--sizes", default=SIZES)
     c.add_argument("--out", default="alltoallv-curves")
     c.add_argument("--figure")
+    c.add_argument("--emulated", action="store_true")
+    c.add_argument("--replot", metavar="DIR", help="the table and figure of an earlier --out DIR again")
     r = sub.add_parser("replay")
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--emulated", action="store_true")
+    r.add_argument("--skip-local", action="store_true", help="only the emulated replays")
     r.add_argument("--throttle", type=float, default=50)
     r.add_argument("--json")
     args = p.parse_args()

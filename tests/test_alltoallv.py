@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -166,3 +168,22 @@ def test_a_file_pattern_is_read_once_and_refused_where_it_cannot_fit(tmp_path):
     assert proc.returncode == 2 and "8 bins cannot be spread over 3 ranks" in proc.stderr, proc.output
     proc = microbench("run", "--np", "2", "allreduce", "--splits", "zipf:1", "-m", "1K", timeout=60)
     assert proc.returncode == 2 and "--splits applies to alltoallv, ialltoallv" in proc.stderr, proc.output
+
+
+def test_check_and_compare_tell_the_splits_apart(tmp_path):
+    """splits is part of the configuration key: a spec can name it, and a uniform and a skewed run never compare."""
+    out = tmp_path / "r.jsonl"
+    for pattern in ("uniform", "zipf:1.2"):
+        proc = microbench("run", "--np", "2", "alltoallv", "--splits", pattern, "-m", "1K,4K", "-i", "3", "-x", "1",
+                          "--out", str(out), timeout=120)
+        assert proc.returncode == 0, proc.output
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[rule]]\nbenchmark = "alltoallv"\nsplits = "zipf:1.2"\nmax_latency_us = 1e9\n')
+    proc = microbench("check", str(out), "--spec", str(spec), "--json", timeout=120)
+    assert proc.returncode == 0, proc.output
+    judged = json.loads(proc.stdout)["rules"][0]["judgements"]
+    assert sorted((j["config"]["splits"], j["config"]["size_bytes"]) for j in judged) == [
+        ("zipf:1.2", 1024), ("zipf:1.2", 4096)]
+    spec.write_text('[[rule]]\nbenchmark = "alltoallv"\nsplits = 3\nmax_latency_us = 1e9\n')
+    proc = microbench("check", str(out), "--spec", str(spec), timeout=120)
+    assert proc.returncode == 2 and "splits" in proc.stderr, proc.output

@@ -253,10 +253,12 @@ def test_overlapped_calls_are_posted_and_waited_when_their_segment_ends(mpi):
     times = executor.iteration()
     assert events == ["post allreduce 64", "post allreduce 128", "wait allreduce 64", "wait allreduce 128",
                       "call allgather 64", "post allreduce 64", "wait allreduce 64"]
-    assert set(times.per_call_s) == {("allreduce", "dp", 64, ""), ("allreduce", "dp", 128, ""), ("allgather", "dp", 64, "")}
+    assert set(times.per_call_s) == {("allreduce", "dp", 64, ""), ("allreduce", "dp", 128, ""),
+                                     ("allgather", "dp", 64, "")}  # Call.key: no split
     assert times.wall_s >= sum(times.per_call_s.values())
     counted = executor.issued_calls()
-    assert counted[("allreduce", "dp", 64, "")].calls == 2 and counted[("allreduce", "dp", 64, "")].entries == {"iallreduce"}
+    reduced = counted[("allreduce", "dp", 64, "")]
+    assert reduced.calls == 2 and reduced.entries == {"iallreduce"}
     assert counted[("allgather", "dp", 64, "")].entries == {"allgather"}
     events.clear()
     executor.iteration(compute_only=True)

@@ -72,7 +72,8 @@ def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups, back
 #: issue 42: a mixture-of-experts layout (ep 4 over dp 4, zipf routing: all-to-all-v) and a context-parallel one
 #: (cp 2 x dp 2: the ring's send/recv, gradients over dp x cp)
 LLAMA = [*MODEL, "--family", "llama", "--kv-heads", "2", "--micro-batch", "1"]
-LAYOUTS_ON_FOUR = [("moe", {"ep": 4, "dp": 4}, ["--experts", "8", "--top-k", "2", "--routing", "zipf:1.2"], {"ep", "dp"}),
+LAYOUTS_ON_FOUR = [("moe", {"ep": 4, "dp": 4}, ["--experts", "8", "--top-k", "2", "--routing", "zipf:1.2"],
+                    {"ep", "dp"}),
                    ("cp", {"cp": 2, "dp": 2}, [], {"cp", "dp_cp"})]
 
 

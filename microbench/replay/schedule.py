@@ -131,8 +131,8 @@ def calls(workload: Workload) -> list[Call]:
         group = _group(workload, m)
         pipeline = group == "pp" and m.collective in ("send", "recv")
         if group not in layout.kinds:
-            raise UsageError(f"--scheme {workload.scheme}: {m.collective} of {m.bytes} B in the {m.phase} phase runs on "
-                             f"the {group} group, which this layout does not build")
+            raise UsageError(f"--scheme {workload.scheme}: {m.collective} of {m.bytes} B in the {m.phase} phase runs "
+                             f"on the {group} group, which this layout does not build")
         # a pipeline send/recv pairs two stages (group size 2) of the pp group, whatever its size
         if m.group_size is not None and not pipeline and m.group_size != layout.size(group):
             raise UsageError(f"--scheme {workload.scheme}: {m.collective} of {m.bytes} B in the {m.phase} phase runs "
@@ -189,7 +189,8 @@ def from_messages(messages, world: int) -> tuple[list[Call], list[str]]:
         repeat = int(m.count + 0.5)
         if m.group_size not in (None, world):
             other[m.group_size] = other.get(m.group_size, 0) + repeat
-        out += [Call(m.collective, m.bytes, "dp", "trace", False, parse_split(m.splits) if m.splits else None)] * repeat
+        split = parse_split(m.splits) if m.splits else None  # a traced all-to-all-v's pattern
+        out += [Call(m.collective, m.bytes, "dp", "trace", False, split)] * repeat
     notes = ["a trace's calls are replayed blocking, grouped by collective and size, on one communicator of all "
              "ranks (the tallied trace keeps no call order, overlap or group membership)"]
     if p2p:

@@ -11,8 +11,9 @@ srun or torchrun the ranks the launcher started are used; alone, --np N starts N
 mpiexec of the installed MPI.
 
 Sizes are bytes per rank as docs/definitions.md defines them (allgather/alltoall: each rank's block;
-reduce_scatter: each rank's input; alltoallv: what the busiest rank sends in all). Latency is in microseconds, bandwidth in GB/s (1e9 B/s):
-algbw = S / avg latency and busbw = algbw x factor, as nccl-tests defines S and the factor.
+reduce_scatter: each rank's input; alltoallv: what the busiest rank sends in all). Latency is in
+microseconds, bandwidth in GB/s (1e9 B/s): algbw = S / avg latency and busbw = algbw x factor, as nccl-tests
+defines S and the factor.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ def flops_per_device(w: Workload) -> float:
     params = w.params if not w.model.experts else active_parameter_count(w.model)
     return 6 * params * tokens / (w.tp * w.pp * w.cp)
 
-RULE = ("compute time = 6 * params * tokens per device / achieved FLOP/s, tokens per device = b*s*microbatches/(t*p*cp) "
-        "(forward and backward; activation recomputation not counted; a mixture of experts counts its active "
+RULE = ("compute time = 6 * params * tokens per device / achieved FLOP/s, tokens per device = "
+        "b*s*microbatches/(t*p*cp) (forward and backward; activation recomputation not counted; a mixture of experts counts its active "
         "parameters); communication is one device's: a modelled "
         "workload's pipeline send/recv counts sum the p stages (Eq. 4), so their time is divided by p (the mean "
         "stage); communication share without overlap = comm/(comm+compute), with perfect overlap = "

@@ -122,7 +122,8 @@ def sweep_lines(points: list[dict]) -> list[str]:
             parts.append(f"{name} x{b / a:.3g}" if a else f"{name} from 0")
         return ", ".join(parts)
 
-    dims = [d for d in ("dp", "tp", "pp", "cp", "ep", "tp_ep", "etp", "edp") if any(d in p["by_dimension"] for p in points)]
+    dims = [d for d in ("dp", "tp", "pp", "cp", "ep", "tp_ep", "etp", "edp", "dp_cp")
+            if any(d in p["by_dimension"] for p in points)]
     lines.append(f"# from s={first['seq']} to s={last['seq']} (x{ratio:g}): {growth('by_collective', collectives)}; "
                  f"by parallel dimension: {growth('by_dimension', dims)} (flat = x1, linear in s = x{ratio:g})")
     return lines

@@ -1,8 +1,9 @@
 """PARAM's basic comms trace (param_bench commsTraceParser "basic"): a JSON list of entries.
 
 A comms entry: ``{"comms": "all_reduce", "in_msg_size": 1024 (elements), "out_msg_size", "dtype": "Float",
-"world_size": 8 or "global_ranks": [...], "req", "pg_id", ...}``, an ``all_to_allv`` with ``"in_split": [...]`` (the
-elements sent to each peer: its split pattern); compute entries ``{"compute": ...}`` are left out. A basic trace is one rank's (PARAM writes one file per rank), named here by its file name.
+"world_size": 8 or "global_ranks": [...], "req", "pg_id", ...}``, an ``all_to_allv`` with ``"in_split": [...]``
+(the elements sent to each peer: its split pattern); compute entries ``{"compute": ...}`` are left out. A basic
+trace is one rank's (PARAM writes one file per rank), named here by its file name.
 """
 
 from __future__ import annotations

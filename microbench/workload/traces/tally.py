@@ -113,7 +113,8 @@ class TraceTally:
             "calls": self.total_calls, "ranks": len(per_rank), "calls_per_rank": self.rank_spread(),
             "rank_calls": dict(sorted(per_rank.items())), "communicator_ranks": self.communicator_ranks,
             "unattributed_calls": sum(self.unattributed.values()),
-            "unattributed": [{"collective": c, "bytes": b, "group_size": g, "calls": n, **({"splits": sp} if sp else {})}
+            "unattributed": [{"collective": c, "bytes": b, "group_size": g, "calls": n,
+                              **({"splits": sp} if sp else {})}
                              for (c, b, g, sp), n in sorted(self.unattributed.items(), key=str)],
             "alltoallv_splits": self.split_patterns(),
             "uncurved": dict(sorted(self.uncurved.items())), "unreadable": self.unreadable,
