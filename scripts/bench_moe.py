@@ -17,11 +17,12 @@ context-parallel layouts (ring attention on cp 2 x dp 2 and on cp 4), ``--rounds
 total row of the comparison (predicted from the same launch's per-call latencies, replayed) and its ratio.
 ``--emulated``: on the emulated cluster (2 nodes x 2 ranks, tests/emulated_cluster.py) the MoE model with ep 2
 (expert groups inside a node, expert-data-parallel groups across) and ep 4 (expert groups across the nodes),
-open and with node1's link capped at ``--throttle`` Mbit/s: per-group seconds.
+open and with node1's link capped at ``--throttle`` Mbit/s (default 200): per-group seconds, and the isolated
+seconds per call of the largest all-to-all-v (the same launch's, one group at a time).
 
     python scripts/bench_moe.py curves [--rounds 3] [--emulated] [--out DIR] [--figure plots/alltoallv-skew.png]
     python scripts/bench_moe.py curves --replot DIR [--emulated] --figure plots/alltoallv-skew.png
-    python scripts/bench_moe.py replay [--rounds 3] [--emulated] [--throttle 50] [--json out.json]
+    python scripts/bench_moe.py replay [--rounds 3] [--emulated [--skip-local]] [--throttle 200] [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's microbench, before tests/emulated_cluster.py imports any
 PATTERNS = ("uniform", "zipf:1.2", "zipf:1.2/T", "hot:4")
 SIZES = "4K,16K,64K,256K,1M,4M"
 DENSE = ["--hidden", "512", "--layers", "2", "--heads", "8", "--family", "llama", "--kv-heads", "2", "--seq", "512",
          "--vocab", "2048", "--micro-batch", "1"]
 MOE = [*DENSE, "--experts", "8", "--top-k", "2"]
+#: the emulated cluster's MoE model: smaller experts and vocabulary, so a throttled link's replay stays minutes
+MOE_EMULATED = [*MOE, "--expert-ffn", "256", "--vocab", "512"]
 LAYOUTS = {  # name -> (model flags, layout flags) on 4 ranks
     "moe ep4 dp4 zipf:1.2": (MOE, ["--scheme", "moe", "--ep", "4", "--dp", "4", "--routing", "zipf:1.2"]),
     "cp ring cp2 dp2": (DENSE, ["--scheme", "cp", "--cp", "2", "--dp", "2"]),
@@ -132,7 +136,6 @@ def emulated_cluster():
 
 def mean_send(pattern: str, size: int, ranks: int = 4) -> float:
     """Bytes a rank sends on average at ``size`` (uint8: one element a byte)."""
-    sys.path.insert(0, str(REPO))
     from microbench.benchmarks.splits import parse
 
     return float(parse(pattern).matrix(size, ranks).sum(axis=1).mean())
@@ -160,7 +163,6 @@ COLORS = {"uniform": "tab:blue", "zipf:1.2": "tab:orange", "zipf:1.2/T": "tab:gr
 
 
 def figure(p50: dict, means: dict, sizes: list[int], path: str, where: str) -> None:
-    sys.path.insert(0, str(REPO))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -237,7 +239,7 @@ def emulated_runs(args) -> dict:
     try:
         for ep in ("2", "4"):
             cmd, env = cluster.microbench_command(
-                ["replay", *MOE, "--scheme", "moe", "--ep", ep, "--dp", "4", "--routing", "zipf:1.2",
+                ["replay", *MOE_EMULATED, "--scheme", "moe", "--ep", ep, "--dp", "4", "--routing", "zipf:1.2",
                  "--iterations", "3", "--json"], per_node=2, hosts=cluster.hosts[:2])
             for state in ("open", "throttled"):
                 for _ in range(args.rounds):
@@ -250,18 +252,23 @@ def emulated_runs(args) -> dict:
                     if proc.returncode != 0:
                         raise SystemExit(f"emulated replay ep {ep} {state} failed:\n{proc.stderr}")
                     summary = json.loads(proc.stdout)
+                    a2a = [c for c in summary["per_call"] if c["collective"] == "alltoallv"]
                     out.setdefault(f"ep{ep} {state}", []).append(
                         {"per_group_s": summary["per_group_s"], "ratio": total(summary)["ratio"],
-                         "wall_s": summary["wall_s"]})
+                         "wall_s": summary["wall_s"],
+                         "a2a_isolated_s": max(a2a, key=lambda c: c["bytes"])["isolated_s_per_call"]})
     finally:
         cluster.down()
-    print(f"| emulated, 2 nodes x 2 ranks, node1 at {args.throttle} Mbit/s when throttled | group ep (ms) | "
-          "group edp (ms) | group dp (ms) | wall (ms) |")
-    print("|---|---|---|---|---|")
+    print(f"| emulated, 2 nodes x 2 ranks, node1 at {args.throttle:g} Mbit/s when throttled | group ep (ms) | "
+          "group edp (ms) | group dp (ms) | largest all-to-all-v alone (ms) | wall (ms) | replayed / predicted |")
+    print("|---|---|---|---|---|---|---|")
     for key, rows in out.items():
         med = {g: statistics.median(r["per_group_s"].get(g, 0.0) for r in rows) * 1e3 for g in ("ep", "edp", "dp")}
         wall = statistics.median(r["wall_s"] for r in rows) * 1e3
-        print(f"| {key} | {med['ep']:.1f} | {med['edp']:.1f} | {med['dp']:.1f} | {wall:.1f} |")
+        a2a = statistics.median(r["a2a_isolated_s"] for r in rows) * 1e3
+        ratio = statistics.median(r["ratio"] for r in rows)
+        print(f"| {key} | {med['ep']:.1f} | {med['edp']:.1f} | {med['dp']:.1f} | {a2a:.2f} | {wall:.1f} | "
+              f"{ratio:.2f} |")
     return out
 
 
@@ -279,7 +286,7 @@ def main() -> None:
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--emulated", action="store_true")
     r.add_argument("--skip-local", action="store_true", help="only the emulated replays")
-    r.add_argument("--throttle", type=float, default=50)
+    r.add_argument("--throttle", type=float, default=200)
     r.add_argument("--json")
     args = p.parse_args()
     curves(args) if args.what == "curves" else replay(args)
