@@ -117,7 +117,8 @@ def _add_measured(p: argparse.ArgumentParser) -> None:
     g.add_argument("--splits", metavar="PATTERN",
                    help="alltoallv's split over destinations: uniform (default), zipf:S (destination j weighs "
                         "1/(j+1)^S), hot:K (destination 0 weighs K, the others 1) or file:PATH (a histogram over "
-                        "experts, or an n x n matrix of weights); docs/definitions.md")
+                        "experts, or an n x n matrix of weights); /T after any: transposed (a MoE combine); "
+                        "docs/definitions.md")
     g.add_argument("-W", "--window", type=int, default=64, metavar="N",
                    help="messages in flight per iteration for bw and bibw (default 64, as osu_bw)")
     g.add_argument("--sync", choices=("none", "barrier"), default="none",

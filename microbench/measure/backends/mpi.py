@@ -249,8 +249,8 @@ class NativeMPIBackend(MPIBackend):
     def alltoallv(self, send, recv, send_counts, recv_counts):
         """The C loop's MPI_Alltoallv: ``counts`` holds send counts, send displacements, receive counts and receive
         displacements (n each) and ``count`` the n they are."""
-        sc, sd = _counts_and_displacements(send_counts)
-        rc, rd = _counts_and_displacements(recv_counts)
+        sc, sd = _counts_and_displacements(send_counts, np.intc)
+        rc, rd = _counts_and_displacements(recv_counts, np.intc)
         return self._call("alltoallv", send, send=send, recv=recv, count=self.size,
                           counts=np.concatenate([sc, sd, rc, rd]))
 
@@ -275,12 +275,17 @@ def _nothing() -> None:
     return None
 
 
-def _counts_and_displacements(counts) -> tuple[np.ndarray, np.ndarray]:
-    """MPI's int counts and the displacements of blocks laid back to back (elements)."""
-    counts = np.ascontiguousarray(counts, dtype=np.intc)
-    displacements = np.zeros(len(counts), dtype=np.intc)
-    np.cumsum(counts[:-1], out=displacements[1:])
-    return counts, displacements
+def _counts_and_displacements(counts, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Counts and the displacements of blocks laid back to back (elements), as ``dtype``: int64 for mpi4py (which
+    calls the large-count MPI_Alltoallv_c where an int cannot hold them), C int for the C loop."""
+    wide = np.ascontiguousarray(counts, dtype=np.int64)
+    displacements = np.zeros(len(wide), dtype=np.int64)
+    np.cumsum(wide[:-1], out=displacements[1:])
+    if dtype is np.intc and (len(wide) and (displacements[-1] + wide[-1]) > np.iinfo(np.intc).max):
+        from microbench.measure.native.toolchain import NativeUnavailable
+
+        raise NativeUnavailable("an alltoallv of more than 2^31-1 elements (C int counts and displacements)")
+    return wide.astype(dtype), displacements.astype(dtype)
 
 
 def _numpy_dtype(arr) -> np.dtype:
