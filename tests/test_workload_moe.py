@@ -196,3 +196,26 @@ def test_wire_of_a_split_is_the_mean_off_rank_share():
     # 3 x 1024 of the 4 x 8192, so a rank sends (32768 - 8192) / 4 = 6144 copies to others on average
     dispatch = [m for m in dist.messages if m.splits == "hot:5" and m.bytes == 8192 * token]
     assert dispatch and all(m.wire == Fraction(6144 * token) for m in dispatch)
+
+
+def test_distributed_optimizer_shards_dense_and_expert_buckets():
+    from microbench.workload.megatron_core import sharded_buckets
+
+    # tensors of 200 and 10 elements, buckets of 150, 4 ranks: the first closes at 200 and is padded to a multiple
+    # of lcm(4, 128) = 128: 256; the second starts at 256 (a multiple of 64), ends at 266, padded to 384: 128
+    assert sharded_buckets([200, 10], 4, 150) == [256, 128]
+    assert sharded_buckets([100, 30], 4, 120) == [256]  # 100, then 30 from 128 (64-aligned): 158 -> 256
+    w = Workload(preset("mixtral-8x7b", seq=4096), "moe", dp=8, ep=2, micro_batch=1, distributed_optimizer=True)
+    dist = build(w)
+    assert dist.check()["residual_bytes"] == 0
+    by = {(m.collective, m.phase, m.dimension) for m in dist.messages if m.phase in ("gradients", "expert_gradients",
+                                                                                      "optimizer")}
+    assert by == {("reduce_scatter", "gradients", "dp"), ("reduce_scatter", "expert_gradients", "edp"),
+                  ("allgather", "optimizer", "dp"), ("allgather", "optimizer", "edp")}
+    scatter = [m for m in dist.messages if m.collective == "reduce_scatter" and m.dimension == "edp"]
+    gather = [m for m in dist.messages if m.collective == "allgather" and m.dimension == "edp"]
+    # every expert bucket's shard is what each of the 4 expert-data-parallel ranks gathers
+    assert sorted(m.bytes // 4 for m in scatter for _ in range(int(m.count))) == sorted(
+        m.bytes for m in gather for _ in range(int(m.count)))
+    with pytest.raises(UsageError, match="--distributed-optimizer apply to"):
+        build(Workload(preset("19M"), "ddp", dp=2, distributed_optimizer=True))

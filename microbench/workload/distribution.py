@@ -52,6 +52,7 @@ class Workload:
     routing: SplitPattern = UNIFORM  #: how routed tokens spread over the expert-parallel ranks (--routing)
     cp_comm: str = "p2p"  #: one of CP_COMMS
     recompute: bool | None = None  #: full activation recomputation (None: tp, sp, pp, 3d yes; moe, cp no)
+    distributed_optimizer: bool = False  #: Megatron-Core's distributed optimizer (moe, cp): sharded buckets
 
     @property
     def full_recompute(self) -> bool:
@@ -100,8 +101,9 @@ class Workload:
         if s in MEGATRON_CORE_SCHEMES:
             self._validate_megatron_core()
         elif (self.cp, self.ep, self.etp) != (1, 1, None) or self.capacity_factor is not None \
-                or self.routing != UNIFORM:
-            raise UsageError("--cp, --ep, --etp, --capacity-factor and --routing apply to --scheme moe and cp")
+                or self.routing != UNIFORM or self.distributed_optimizer:
+            raise UsageError("--cp, --ep, --etp, --capacity-factor, --routing and --distributed-optimizer apply to "
+                             "--scheme moe and cp")
         if s in ("tp", "sp") and (self.tp < 2 or self.pp != 1):
             raise UsageError(f"--scheme {s} needs --tp of at least 2 and --pp 1 (use --scheme 3d for both)")
         if s == "pp" and (self.pp < 2 or self.tp != 1):

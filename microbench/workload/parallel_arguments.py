@@ -41,6 +41,9 @@ def add_parallel_arguments(g) -> None:
     g.add_argument("--capacity-factor", type=float, metavar="F",
                    help="drop and pad each expert to F x its fair share of tokens (uniform all-to-alls); "
                         "default dropless (all-to-all-v)")
+    g.add_argument("--distributed-optimizer", action="store_true",
+                   help="Megatron-Core's distributed optimizer: gradients reduce-scattered per bucket and the updated "
+                        "parameters all-gathered (each rank owns a shard; experts' over the expert data-parallel group)")
     g.add_argument("--recompute", choices=("full", "none"),
                    help="full activation recomputation (default: full for tp, sp, pp, 3d as Eq. 5; none for moe, cp)")
 
@@ -68,4 +71,5 @@ def workload_fields(args) -> dict:
     recompute = getattr(args, "recompute", None)
     return {"cp": args.cp, "ep": args.ep, "etp": args.etp, "cp_comm": args.cp_comm,
             "capacity_factor": args.capacity_factor, "routing": splits.parse(args.routing),
-            "recompute": None if recompute is None else recompute == "full"}
+            "recompute": None if recompute is None else recompute == "full",
+            "distributed_optimizer": bool(getattr(args, "distributed_optimizer", False))}
