@@ -219,3 +219,13 @@ def test_distributed_optimizer_shards_dense_and_expert_buckets():
         m.bytes for m in gather for _ in range(int(m.count)))
     with pytest.raises(UsageError, match="--distributed-optimizer apply to"):
         build(Workload(preset("19M"), "ddp", dp=2, distributed_optimizer=True))
+
+
+def test_moe_every_other_layer():
+    # 4 layers, MoE every 2nd from layer 0 (Megatron-Core moe_layer_freq 2): layers 0 and 2 route, 1 and 3 are dense
+    out = _workload_json("--hidden", "256", "--layers", "4", "--heads", "4", "--family", "llama", "--experts", "4",
+                         "--top-k", "1", "--moe-every", "2", "--seq", "128", "--micro-batch", "1", "--scheme", "moe",
+                         "--ep", "2", "--dp", "2")
+    dispatch = [m for m in out["messages"] if m.get("splits") == "uniform" and m["phase"] == "forward"
+                and m["bytes"] == 128 * 256 * 2]
+    assert [m["count"] for m in dispatch] == [2] and out["check"]["residual_bytes"] == 0

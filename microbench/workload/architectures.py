@@ -35,8 +35,9 @@ def is_expert(tensor_name: str) -> bool:
 
 
 def is_moe_layer(m: "Model", index: int) -> bool:
-    """Whether layer ``index`` (0-based) has a mixture-of-experts MLP: every layer after ``dense_layers``."""
-    return m.experts > 0 and index >= m.dense_layers
+    """Whether layer ``index`` (0-based) has a mixture-of-experts MLP: after the first ``dense_layers``, every
+    ``moe_every``-th layer (Megatron-Core's moe_layer_freq N: layer i is MoE when i % N == 0)."""
+    return m.experts > 0 and index >= m.dense_layers and (index - m.dense_layers) % m.moe_every == 0
 
 
 def _swiglu(prefix: str, h: int, ffn: int, t: int) -> list[Tensor]:

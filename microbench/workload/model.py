@@ -54,6 +54,7 @@ class Model:
     expert_ffn: int | None = None  #: each expert's hidden size (None: the dense MLP's)
     shared_experts: int = 0  #: experts every token passes through (DeepSeek's shared experts)
     dense_layers: int = 0  #: the first layers keep a dense MLP (DeepSeek-V3: 3)
+    moe_every: int = 1  #: after them, every moe_every-th layer is MoE, the others dense (Megatron-Core moe_layer_freq)
     mla: LatentAttention | None = None  #: DeepSeek's multi-head latent attention instead of grouped-query
     source: str | None = None  #: where a preset's shape was published
 
@@ -71,6 +72,8 @@ class Model:
             raise UsageError(f"--kv-heads ({self.kv_heads}) must divide --heads ({self.heads})")
         if self.experts < 0 or (self.experts and not 1 <= self.top_k <= self.experts):
             raise UsageError(f"--top-k ({self.top_k}) must be between 1 and --experts ({self.experts})")
+        if self.moe_every < 1:
+            raise UsageError(f"--moe-every must be at least 1 (got {self.moe_every})")
         if not 0 <= self.dense_layers <= self.layers:
             raise UsageError(f"--dense-layers ({self.dense_layers}) must be between 0 and --layers ({self.layers})")
         if self.family == "gpt-neox" and (self.experts or self.mla or self.kv_heads or self.ffn):
@@ -95,7 +98,8 @@ class Model:
             if self.experts:
                 dims += (f", MoE {self.experts} experts top-{self.top_k} ffn {self.expert_ffn_hidden}"
                          + (f" + {self.shared_experts} shared" if self.shared_experts else "")
-                         + (f", first {self.dense_layers} layers dense" if self.dense_layers else ""))
+                         + (f", first {self.dense_layers} layers dense" if self.dense_layers else "")
+                         + (f", MoE every {self.moe_every} layers" if self.moe_every > 1 else ""))
             return f"{self.name or 'custom model'} ({dims})" + (f"; shape from {self.source}" if self.source else "")
         if self.biases == "full":
             dims += ", full biases: 13h vectors per layer"

@@ -9,8 +9,9 @@ from microbench.workload.distribution import CP_COMMS
 
 #: the largest value of each new option (as workload's SHAPE_BOUNDS)
 BOUNDS = {"kv_heads": 1 << 16, "ffn": 1 << 22, "experts": 1 << 16, "top_k": 1 << 16, "expert_ffn": 1 << 22,
-          "shared_experts": 1 << 10, "dense_layers": 10_000, "cp": 1 << 20, "ep": 1 << 20, "etp": 1 << 20}
-SHAPE_FIELDS = ("kv_heads", "ffn", "experts", "top_k", "expert_ffn", "shared_experts", "dense_layers")
+          "shared_experts": 1 << 10, "dense_layers": 10_000, "moe_every": 10_000, "cp": 1 << 20, "ep": 1 << 20,
+          "etp": 1 << 20}
+SHAPE_FIELDS = ("kv_heads", "ffn", "experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "moe_every")
 
 
 def add_shape_arguments(g) -> None:
@@ -25,6 +26,8 @@ def add_shape_arguments(g) -> None:
     g.add_argument("--expert-ffn", type=int, metavar="F", help="each expert's hidden size (default --ffn)")
     g.add_argument("--shared-experts", type=int, metavar="N", help="experts every token passes through")
     g.add_argument("--dense-layers", type=int, metavar="N", help="the first N layers keep a dense MLP")
+    g.add_argument("--moe-every", type=int, metavar="N",
+                   help="after them, every N-th layer is MoE and the others dense (Megatron-Core's moe_layer_freq)")
 
 
 def add_parallel_arguments(g) -> None:
