@@ -105,3 +105,13 @@ def test_the_schema_is_generated_not_written_by_hand():
     text = schema_path().read_text()
     assert "generated from microbench/records/model.py" in text
     assert (REPO / "microbench" / "records" / "model.py").exists()
+
+
+def test_bytes_that_are_not_utf8_are_written_as_escapes_a_reader_can_read():
+    """A string with bytes the OS gave that are not UTF-8 (a Latin-1 file name, as surrogate escapes) would make a
+    line no JSON reader accepts: ``make`` writes those bytes as ``\\xNN``."""
+    from microbench.records.writer import json_line
+
+    rec = relations.make(model.EndRecord, run_id="r", status="complete", reason="import of r\udce9.log", results=0)
+    assert rec["reason"] == "import of r\\xe9.log"
+    assert msgspec.json.decode(json_line(rec).encode(), type=model.AnyRecord).reason == "import of r\\xe9.log"

@@ -77,6 +77,9 @@ class Collective:
     #: all-to-all-v (issue 42): the split pattern bound into this entry's buffers, bandwidth, call and check data
     #: (``with_splits``); None for a benchmark that takes none
     splits: SplitPattern | None = None
+    #: directions the recorded busbw counts (2 for a bidirectional benchmark): its path's peak is this many
+    #: times the link's peak per direction (microbench.cluster.path_peak)
+    directions: int = 1
 
     def check_max_value(self, op: str, nranks: int) -> int:
         """Largest value a checked iteration writes (the dtype must hold it exactly)."""
@@ -208,7 +211,7 @@ BIBW = Collective(
     build=lambda be, b, c: be.stream(b.send, b.recv, b.ack, c.peer, c.initiator, c.window, True),
     fill=cd.p2p_fill, verify=cd.p2p_verify,
     counts=STREAM_COUNTS, point_to_point=True, windowed=True, min_ranks=2,
-    per_iteration=lambda window: window,
+    per_iteration=lambda window: window, directions=2,
 )
 
 

@@ -176,12 +176,18 @@ class GraphReplays(Block, kw_only=True):
 
 
 class LaunchTimes(Block, kw_only=True):
-    """Eager CUDA-event timing: host launch time and device time per call (us); ``bound``: the host's launch
+    """CUDA-event timing: host launch time and device time per call (us); ``bound``: the host's launch
     rate, not the collective, set the samples."""
 
     host_us_per_call: Micros
     device_us_per_call: Micros
     bound: bool
+    # issue 44: the paired loop's gate (--sync barrier, --flush, --check on NCCL)
+    gate_us: Annotated[float, Meta(ge=0, le=MAX_DURATION_US, description="paired timing: the median device spin "
+                                   "each start event waited behind while the host launched the call (us)")] | UnsetType = UNSET
+    ungated: Annotated[int, Meta(ge=0, le=MAX_COUNT, description="paired timing: samples whose launch outlasted "
+                                 "their gate (they hold host launch time)")] | UnsetType = UNSET
+    samples: Annotated[int, Meta(ge=0, le=MAX_COUNT, description="paired timing: samples timed")] | UnsetType = UNSET
 
 
 class TimeBudget(Block, kw_only=True):
@@ -275,6 +281,119 @@ class OutlierRule(Block, kw_only=True):
     cells: Count | UnsetType = UNSET
     nodes: Count | UnsetType = UNSET
     mad_of: str | UnsetType = UNSET
+    # issue 39: a pairs test measured in repeated passes flags only what stands out in a majority of them
+    passes: Count | UnsetType = UNSET
+    passes_needed: Count | UnsetType = UNSET
+
+
+# ------------------------------------------------------------------------------------------ issue 43: links and peaks
+class PcieLink(Block, kw_only=True):
+    """A PCIe link: speed (GT/s) and width now and at most, its generation, and the data rate per direction
+    (GB/s) of the maximum speed at the current width (an idle device trains its speed down)."""
+
+    speed_gts: Optional[float] | UnsetType = UNSET
+    width: Optional[Count] | UnsetType = UNSET
+    max_speed_gts: Optional[float] | UnsetType = UNSET
+    max_width: Optional[Count] | UnsetType = UNSET
+    generation: Optional[Count] | UnsetType = UNSET
+    current_generation: Optional[Count] | UnsetType = UNSET
+    gbps: Optional[Bandwidth] | UnsetType = UNSET
+
+
+class NetInterface(Block, kw_only=True):
+    """A network interface of a host (sysfs), its IPv4 address, and the rate a qdisc shapes it to (Mbit/s)."""
+
+    name: str
+    kind: Optional[str] | UnsetType = UNSET
+    operstate: Optional[str] | UnsetType = UNSET
+    speed_mbps: Optional[Annotated[int, Meta(ge=1, description="Mbit/s, as sysfs reports it")]] | UnsetType = UNSET
+    shaped_mbps: Optional[Annotated[float, Meta(gt=0, description="Mbit/s, the root qdisc's rate")]] | UnsetType = UNSET
+    shaping: Optional[str] | UnsetType = UNSET
+    virtual: Optional[bool] | UnsetType = UNSET
+    pci: Optional[str] | UnsetType = UNSET
+    pcie: Optional[PcieLink] | UnsetType = UNSET
+    ipv4: Optional[str] | UnsetType = UNSET
+
+
+class RdmaPort(Block, kw_only=True):
+    """An InfiniBand or RoCE port (``/sys/class/infiniband``): state, rate (Gbit/s), link layer, PCI, netdev."""
+
+    device: str
+    port: Count
+    state: Optional[str] | UnsetType = UNSET
+    phys_state: Optional[str] | UnsetType = UNSET
+    rate: Optional[str] | UnsetType = UNSET
+    rate_gbps: Optional[Annotated[float, Meta(gt=0, description="Gbit/s")]] | UnsetType = UNSET
+    link_layer: Optional[str] | UnsetType = UNSET
+    pci: Optional[str] | UnsetType = UNSET
+    pcie: Optional[PcieLink] | UnsetType = UNSET
+    netdev: Optional[str] | UnsetType = UNSET
+
+
+class NvLinks(Block, kw_only=True):
+    """A GPU's active NVLinks: count, version, the data rate per link and direction of that version (GB/s)
+    and their total (the GPU's NVLink peak per direction), the signalling rate NVML reports per link, and
+    how many links reach each far end (a PCI bus id, or ``switch``)."""
+
+    active_links: Count
+    version: Optional[Count] | UnsetType = UNSET
+    gbps_per_link: Optional[Bandwidth] | UnsetType = UNSET
+    gbps: Optional[Bandwidth] | UnsetType = UNSET
+    nvml_gbps_per_link: Optional[Bandwidth] | UnsetType = UNSET
+    peers: dict[str, Count] | UnsetType = UNSET
+
+
+class GpuLinks(Block, kw_only=True):
+    """A GPU of a host (NVML): PCIe and NVLinks, and the NIC nearest it (``nic_relation`` as nvidia-smi topo)."""
+
+    index: Optional[Count] | UnsetType = UNSET
+    name: Optional[str] | UnsetType = UNSET
+    bus_id: Optional[str] | UnsetType = UNSET
+    pcie: Optional[PcieLink] | UnsetType = UNSET
+    nvlink: Optional[NvLinks] | UnsetType = UNSET
+    nearest_nic: Optional[str] | UnsetType = UNSET
+    nic_relation: Optional[str] | UnsetType = UNSET
+
+
+class HostLinks(Block, kw_only=True):
+    """One host's links, read once by its lowest rank (``microbench.cluster.links``)."""
+
+    read_from: str | UnsetType = UNSET
+    net: list[NetInterface] | UnsetType = UNSET
+    rdma: list[RdmaPort] | UnsetType = UNSET
+    gpus: list[GpuLinks] | UnsetType = UNSET
+    selectors: dict[str, str] | UnsetType = UNSET
+    nvml: Optional[str] | UnsetType = UNSET
+    notes: list[str] | UnsetType = UNSET
+
+
+class PathPeak(Block, kw_only=True):
+    """The peak of the path a run's data crossed (``microbench.cluster.path_peak``): its tier, GB/s per
+    direction (null: unknown), and the link that sets it (or why it is unknown)."""
+
+    tier: Literal["shared memory", "nvlink", "pcie", "network"]
+    gbps: Optional[Bandwidth]
+    link: str
+
+
+class ResultPeak(PathPeak, kw_only=True):
+    """A result's busbw against its path's peak: ``gbps`` is the peak for this benchmark (twice the link's for
+    a bidirectional one), ``share`` = busbw / gbps (null: no peak known, or ``beyond_wire``: NCCL's
+    algorithm reduced inside a switch, so busbw can exceed the wire)."""
+
+    share: Optional[Annotated[float, Meta(ge=0, le=1e6, description="busbw / the path's peak")]]
+    beyond_wire: Optional[str] | UnsetType = UNSET
+
+
+class NcclAlgorithm(Block, kw_only=True):
+    """The algorithm and protocol NCCL chose for a result's calls (its own output: the TUNING lines of
+    ``NCCL_DEBUG=INFO``, or the Inspector plugin): the most frequent, and every other one seen with its count."""
+
+    algorithm: str
+    protocol: Optional[str] | UnsetType = UNSET
+    calls: Optional[Count] | UnsetType = UNSET
+    others: dict[str, Count] | UnsetType = UNSET
+    source: str
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -312,6 +431,9 @@ class RankGpu(Block, kw_only=True):
     index: Optional[Count] | UnsetType = UNSET
     uuid: Optional[str]
     bus_id: Optional[str]
+    # issue 44
+    nccl_hostid: Annotated[str, Meta(description="the NCCL_HOSTID this rank ran under (NCCL takes it for the "
+                                     "host: ranks with different ids may share a GPU)")] | UnsetType = UNSET
 
 
 class DeviceFacts(Block, kw_only=True):
@@ -353,6 +475,51 @@ class Conditions(Block, kw_only=True):
     progress: Progress | UnsetType = UNSET
 
 
+# ------------------------------------------------------------------------------------------ issue 39: machine state
+CpuShare = Annotated[float, Meta(ge=0, le=MAX_COUNT, description="CPUs' worth of time (1.0 = one CPU busy throughout)")]
+
+
+class BusyProcess(Block, kw_only=True):
+    """A process other than the run's own that used CPU time during the window."""
+
+    pid: Count
+    name: str
+    cpus: CpuShare
+
+
+class GpuProcess(Block, kw_only=True):
+    """A process other than the run's own with a context on one of the host's GPUs."""
+
+    pid: Count
+    name: str
+    gpu: Optional[str]  #: the GPU's UUID (or index) as the driver names it
+    used_bytes: Optional[Bytes]
+
+
+class MachineState(Block, kw_only=True):
+    """What else the host was doing (``cluster/machine.py``): load, steal and the other busy processes over a
+    window (at the start: the run's setup; at the end: the whole run), and on GPUs the other processes on them."""
+
+    host: str
+    time_utc: Time
+    cpus: Positive  #: CPUs online
+    load_avg: Annotated[list[Annotated[float, Meta(ge=0)]], Meta(min_length=3, max_length=3,
+                                                                 description="1, 5 and 15 minute load averages")]
+    running: Count  #: runnable tasks at that moment (this run's ranks included)
+    window_s: Seconds | UnsetType = UNSET  #: the window the CPU figures are over
+    others_cpus: CpuShare | UnsetType = UNSET  #: CPU time of every process but the run's own over the window
+    steal_cpus: CpuShare | UnsetType = UNSET  #: CPU time the hypervisor gave to other guests over the window
+    busy: list[BusyProcess] | UnsetType = UNSET  #: the other processes that used the most CPU (at most 5)
+    gpu_processes: list[GpuProcess] | UnsetType = UNSET  #: other processes on the host's GPUs (GPU runs)
+
+
+class PerLaunch(Block, kw_only=True):
+    """Values that differ between launches by construction, or only steer how microbench shows and reads things
+    (``cluster/conditions.py`` lists them with reasons): kept apart from ``conditions``, never a cause of a step."""
+
+    env: dict[str, str] | UnsetType = UNSET
+
+
 class RunOptionsBlock(Block, kw_only=True):
     """The run's options as ``RunOptions`` holds them (``options.py``); only the two listed are typed here."""
 
@@ -382,6 +549,12 @@ class RunRecord(Record, tag="run", kw_only=True):
     conditions: Conditions | UnsetType = UNSET
     options: dict[str, Unknown] | UnsetType = UNSET
     source: Source | UnsetType = UNSET
+    # issue 43: each host's links and the peak of the path the run's data crossed
+    links: dict[str, HostLinks] | UnsetType = UNSET
+    path_peak: Optional[PathPeak] | UnsetType = UNSET
+    # issue 39: what else each host was doing at the start, and the per-launch values kept apart from conditions
+    machine: list[MachineState] | UnsetType = UNSET
+    per_launch: PerLaunch | UnsetType = UNSET
 
     own_required: ClassVar[tuple[str, ...]] = (
         "microbench_version", "time_utc", "command", "hosts", "ranks_per_host", "launcher", "mpi", "torch",
@@ -441,6 +614,8 @@ class ResultRecord(Record, tag="result", kw_only=True):
     outlier_rule: OutlierRule | UnsetType = UNSET
     node_outliers: list[NodeOutlier] | UnsetType = UNSET
     node_outlier_rule: OutlierRule | UnsetType = UNSET
+    # issue 39: each pass's matrix of a pairs test measured in repeated passes (``matrix`` is their cellwise median)
+    repeats: list[list[list[Optional[Annotated[float, Meta(ge=0, le=MAX_DURATION_US)]]]]] | UnsetType = UNSET
     time_utc: Time | UnsetType = UNSET
     wall_s: Seconds | UnsetType = UNSET
     requested_bytes: Bytes | UnsetType = UNSET
@@ -467,6 +642,9 @@ class ResultRecord(Record, tag="result", kw_only=True):
     splits_recv_imbalance: Annotated[float, Meta(ge=1, le=1e9, description=(
         "the busiest rank's receive over the mean receive (1: every rank receives alike)"))] | UnsetType = UNSET
     # ---- end of issue 42
+    # issue 43: busbw against the path's peak, and NCCL's algorithm and protocol
+    peak: Optional[ResultPeak] | UnsetType = UNSET
+    nccl_algo: Optional[NcclAlgorithm] | UnsetType = UNSET
 
     own_required: ClassVar[tuple[str, ...]] = (
         "send_bytes", "recv_bytes", "dtype", "op", "in_place", "iterations", "warmup", "algbw_bytes",
@@ -490,6 +668,8 @@ class EndRecord(Record, tag="end", kw_only=True):
     reason: str
     time_utc: Time | UnsetType = UNSET
     results: Count
+    # issue 39: what else the hosts were doing at the end (CPU figures over the whole run)
+    machine: list[MachineState] | UnsetType = UNSET
 
 
 class SamplesRecord(Record, tag="samples", kw_only=True):
@@ -708,6 +888,8 @@ class ReplayRecord(Record, tag="replay", kw_only=True):
     comparison_threshold: Annotated[float, Meta(gt=0)]
     rules: list[str]
     notes: list[str]
+    # issue 39: the per-launch values kept apart from conditions
+    per_launch: PerLaunch | UnsetType = UNSET
 
 
 #: Every record type, by its ``type``.

@@ -122,28 +122,37 @@ def _result_problems(rec: ResultRecord) -> str | None:
     return None
 
 
+def _field(rec: Any, name: str) -> Any:
+    """A field of a record or of a reader's view of one; None where it is absent (UNSET or None)."""
+    value = getattr(rec, name, None)
+    return None if value is UNSET else value
+
+
 def pairs_problems(rec: Any) -> str | None:
     """A pairs record (or a view of one) whose matrix is not n x n over its n labels and participant ranks,
     whose diagonal holds a value (a participant has no link to itself), or with more participants than ranks."""
-    matrix, labels = getattr(rec, "matrix", UNSET), getattr(rec, "labels", UNSET)
-    if matrix is UNSET or labels is UNSET:
-        return None if matrix is UNSET else "matrix without labels"
+    matrix, labels = _field(rec, "matrix"), _field(rec, "labels")
+    if matrix is None or labels is None:
+        return None if matrix is None else "matrix without labels"
     n = len(labels)
     if len(matrix) != n or any(len(row) != n for row in matrix):
         return f"matrix: not {n} x {n} (one row and one column per label)"
-    participants = getattr(rec, "participant_ranks", UNSET)
-    if participants is not UNSET and len(participants) != n:
+    participants = _field(rec, "participant_ranks")
+    if participants is not None and len(participants) != n:
         return f"participant_ranks: {len(participants)} ranks for {n} labels"
     if any(matrix[i][i] is not None for i in range(n)):
         return "matrix: a value on the diagonal (a participant's link to itself)"
-    unit = getattr(rec, "matrix_unit", UNSET)
+    repeats = _field(rec, "repeats")  # issue 39: each pass's matrix, the same shape
+    if repeats is not None and any(len(m) != n or any(len(row) != n for row in m) for m in repeats):
+        return f"repeats: a pass's matrix is not {n} x {n}"
+    unit = _field(rec, "matrix_unit")
     cells = [v for row in matrix for v in row if v is not None]
     if unit == "GB/s" and any(v > MAX_BANDWIDTH_GBPS for v in cells):
         return f"matrix: a bandwidth above {MAX_BANDWIDTH_GBPS:g} GB/s"
     if unit == "us" and any(v < CLOCK_FLOOR_US for v in cells):
         return f"matrix: a latency below the clock floor ({CLOCK_FLOOR_US} us)"
-    ranks = getattr(rec, "ranks", UNSET)
-    if ranks is not UNSET and n > ranks:
+    ranks = _field(rec, "ranks")
+    if ranks is not None and n > ranks:
         return f"labels: {n} participants in a run of {ranks} ranks"
     return None
 
@@ -166,7 +175,24 @@ def make(kind: type[Record], **fields: Any) -> dict:
     problem = problems(record, complete=True)
     if problem:
         raise ModelError(kind.__name__, problem)
-    return out
+    return _utf8(out)
+
+
+def _utf8(value: Any) -> Any:
+    """``value`` with every string that holds lone surrogates (bytes the OS gave that are not UTF-8, as in a file
+    name from a Latin-1 system) written with those bytes as ``\\xNN`` escapes: JSON cannot carry them, and a
+    record that holds one could never be read back."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {_utf8(k): _utf8(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_utf8(v) for v in value]
+    return value
 
 
 def _finite_everywhere(value: Any) -> bool:

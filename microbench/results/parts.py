@@ -43,26 +43,27 @@ _GET_LATENCY = attrgetter("latency_us")
 
 
 def _getter(path: str):
-    """A function reading a dotted path from a decoded view (None where a block or the value is absent)."""
-    parts = path.split(".")
+    """A function reading a dotted path from a decoded view (None where a block or the value is absent: the
+    reader's views read an absent field as None)."""
+    if "." not in path:
+        return attrgetter(path)
+    head, rest = path.split(".", 1)
+    inner, outer = _getter(rest), attrgetter(head)
 
     def get(view):
-        value = view
-        for part in parts:
-            value = getattr(value, part, None)
-            if value is None or value is msgspec.UNSET:
-                return None
-        return value
+        block = outer(view)
+        return None if block is None else inner(block)
     return get
 
 
 _GET = {name: _getter(name) for name in NUMBERS if name != OUTLIER_COUNT}
+_GET_STAT = {stat: attrgetter(stat) for stat in model.LATENCY_STATS}
 
 
 class FilePart(msgspec.Struct, array_like=True):
     stamp: list  #: (size, mtime_ns, ctime_ns, inode, device) of the file when it was read
     runs: list[dict]  #: per run: the run line's report fields ({"run_id", "orphan": True} for an orphan run)
-    ends: list[Any]  #: per run: {"status", "time_utc"} of its end line, or None
+    ends: list[Any]  #: per run: {"status", "time_utc", "machine"} of its end line, or None
     result_times: list[Any]  #: per run: the first result's time_utc, or None
     configs: bytes  #: JSON list of ConfigKey values (lists), the file's distinct configurations
     owner: bytes  #: int32 per row: index into runs
@@ -107,11 +108,11 @@ class PartMaker:
     def make(self, decoded: Decoded, stamp: list) -> FilePart:
         runs, ends, times, results, owners, orphans = _attach(decoded.records)
         configs, codes = self._configs(results)
-        latencies = [lat if lat is not None else _EMPTY for lat in map(_GET_LATENCY, results)]
-        latency = np.array([[_float(getattr(lat, s)) for lat in latencies] for s in PART_STATS],
+        latencies = list(map(_GET_LATENCY, results))  # absent statistics read as None: NaN below
+        latency = np.array([list(map(_GET_STAT[s], latencies)) for s in PART_STATS],
                            dtype="<f8").reshape(len(PART_STATS), len(results))
         extras, differ = _extras(results, decoded)
-        numbers = np.array([[_float(_GET[n](r)) for r in results] if n != OUTLIER_COUNT else
+        numbers = np.array([list(map(_GET[n], results)) if n != OUTLIER_COUNT else
                             [_outlier_count(extras.get(row)) for row in range(len(results))] for n in NUMBERS],
                            dtype="<f8").reshape(len(NUMBERS), len(results))
         _check_relations(decoded, results, latency, numbers)
@@ -143,14 +144,8 @@ class PartMaker:
 
 
 def _present(value) -> bool:
-    return value is not msgspec.UNSET
-
-
-def _float(value) -> float:
-    return np.nan if value is None or value is msgspec.UNSET else value
-
-
-_EMPTY = type("NoLatency", (), dict.fromkeys(PART_STATS))()  #: for a result whose latency_us is absent
+    """A field the record has (the reader's views read an absent field as None, a key field as UNSET)."""
+    return value is not None and value is not msgspec.UNSET
 
 
 def _attach(records: list) -> tuple[list[dict], list, list, list, list[int], int]:
@@ -196,7 +191,9 @@ def _attach(records: list) -> tuple[list[dict], list, list, list, list[int], int
                 by_id[rec.run_id] = new_run(meta)
         else:  # end
             ends[owner_of(rec.run_id)] = clean({"status": rec.status,
-                                                "time_utc": rec.time_utc if _present(rec.time_utc) else None})
+                                                "time_utc": rec.time_utc if _present(rec.time_utc) else None,
+                                                **({"machine": _builtin(rec.machine)} if _present(rec.machine)
+                                                   else {})})
     return runs, ends, times, results, owners, orphans
 
 
@@ -234,10 +231,10 @@ def _extras(results: list, decoded: Decoded) -> tuple[dict[int, dict], int]:
                 recorded = (extra.get("outliers"), extra.get("node_outliers"))
                 extra.update(_recomputed(rec))
                 differ += recorded != (extra["outliers"], extra["node_outliers"]) and recorded != (None, None)
-        if _present(rec.overlap) and rec.overlap is not None:
+        if _present(rec.overlap):
             extra["overlap"] = {"overlap_pct": msgspec.to_builtins(rec.overlap.overlap_pct)}
         if extra:
-            out[row] = clean(extra)
+            out[row] = clean(extra) if "labels" in extra else extra  # figures only: nothing to print raw
     return out, differ
 
 
@@ -246,7 +243,9 @@ def _recomputed(rec) -> dict:
     higher_is_worse = (rec.matrix_unit if _present(rec.matrix_unit) else "us") == "us"
     rule = rec.outlier_rule if _present(rec.outlier_rule) else None
     z_limit = rule.z_limit if rule is not None else OUTLIER_Z
-    return flag_matrix(rec.matrix, list(rec.labels), higher_is_worse, z_limit)
+    repeats = getattr(rec, "repeats", msgspec.UNSET)
+    return flag_matrix(rec.matrix, list(rec.labels), higher_is_worse, z_limit,
+                       repeats if _present(repeats) else None)
 
 
 def _check_relations(decoded: Decoded, results: list, latency: np.ndarray, numbers: np.ndarray) -> None:

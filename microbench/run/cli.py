@@ -129,6 +129,9 @@ def _add_measured(p: argparse.ArgumentParser) -> None:
                         "malloc), on (madvise), off (never); recorded with results (default system)")
     g.add_argument("--serial", action="store_true",
                    help="pairs: measure one pair at a time instead of N/2 disjoint pairs per round")
+    g.add_argument("--pair-repeats", type=int, metavar="R",
+                   help="pairs: passes over every pair (default 2); a link or node is flagged only where it stands "
+                        "out in the median matrix and in a majority of the passes")
 
 
 def _add_overlap(p: argparse.ArgumentParser) -> None:
@@ -182,6 +185,10 @@ def _add_transport(p: argparse.ArgumentParser) -> None:
                         "call that selects it, so that size's first call carries them) or eager "
                         "(NCCL_RUNTIME_CONNECT=0: every connection made with the communicator, before any call); "
                         "recorded in the run's conditions")
+    g.add_argument("--nccl-algo", action="store_true",
+                   help="NCCL: record the algorithm and protocol NCCL chose for each size (ring, tree, NVLS...; LL, "
+                        "LL128, Simple), read from its TUNING debug lines (NCCL 2.20 and later; a line per call, "
+                        "which costs small messages a little); not with NCCL_DEBUG or NCCL_DEBUG_FILE already set")
     g.add_argument("--gpus-per-node", type=int, metavar="N",
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
     g.add_argument("--reduce-scatter-call", choices=("block", "vector"), default="block",

@@ -23,9 +23,12 @@ from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport, open_transport, select_device
 from microbench.options import RunOptions, collective_for
 from microbench.records import Output, build
+from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
+from microbench.run import peaks as run_peaks
 from microbench.run import preflight, sweep, terminal
 from microbench.run import watchdog
 from microbench.run.context import RunContext
+from microbench.run.machine_state import MachineWatch
 from microbench.run.diagnostics import bisection, pairs, soak
 from microbench.run.terminal import Progress, TerminalTable
 
@@ -33,6 +36,7 @@ from microbench.run.terminal import Progress, TerminalTable
 def run(args, argv: list[str]) -> int:
     """``microbench run`` on every rank; returns the exit status."""
     info = launch.discover()
+    watch = MachineWatch()  # the host's counters before MPI's setup: the start state's window
     opts, hooks, error = read_options(args, warn=info.rank == 0)
     state = watchdog.RunState(info.rank)
     watchdog.SignalGuard(state, getattr(args, "out", None))
@@ -46,16 +50,21 @@ def run(args, argv: list[str]) -> int:
     agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
 
     rc = set_up(world, opts, hooks, guard, selected)
+    rc.machine = watch
+    starts = watch.start_states(world.reducer, rc.layout.hosts_by_rank, rc.transport.device.runtime
+                                or rc.transport.device.kind, [g.get("uuid") for g in rc.transport.gpus or ()
+                                                              if isinstance(g, dict) and g.get("uuid")])
     pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
     bisect_plan = bisection.plan(rc.nodes.nodes, opts) if opts.bisect else None
     cycles = soak.Soak(rc)
     if world.rank == 0:
-        _open_records(rc, state, argv, pairs_plan, cycles)
+        _open_records(rc, state, argv, pairs_plan, cycles, starts)
 
     failed: list[str] = []
     status, reason = "failed", "interrupted"
     try:
         failed = cycles.run(lambda cycle_rc: _measure(cycle_rc, pairs_plan, bisect_plan))
+        rc.machine_end = watch.end_states(world.reducer)
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"
@@ -64,6 +73,8 @@ def run(args, argv: list[str]) -> int:
     finally:
         guard.disarm()
         state.close(status, reason)
+        if rc.tuning is not None:
+            rc.tuning.remove()
     world.close()
     if failed and world.rank == 0:
         print(f"microbench: check FAILED: {', '.join(failed)}", file=sys.stderr, flush=True)
@@ -85,7 +96,12 @@ def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisecti
 def run_benchmark(rc: RunContext, coll: Collective) -> list[int]:
     """Collective: one benchmark's table header (rank 0), then its sweep; the sizes whose check failed."""
     if rc.out is not None:
-        rc.out.section(terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host)))
+        section = terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host))
+        # the path's peak and each size's share of it, where the data crosses a link (not shared memory alone)
+        if rc.peaks is not None and not coll.nonblocking and rc.peaks.crosses_a_link(coll, rc.layout, rc.nranks):
+            section["lines"].append(rc.peaks.section_line(coll, rc.layout, rc.nranks))
+            section["extra_columns"].append("peak")
+        rc.out.section(section)
     return sweep.run_benchmark(rc, coll)
 
 
@@ -94,12 +110,20 @@ def set_up(world: World, opts: RunOptions, hooks: FaultHooks, guard: watchdog.Wa
     """Collective: transport (with its timed loop) -> hosts -> preflight; the run's context (records not opened).
 
     ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
+    tuning = TuningLog.ask_nccl() if opts.nccl_algo else InspectorLog.find()  # before NCCL starts
     transport = open_transport(world, opts, selected or select_device(opts))
     layout = gather_layout(world.reducer, facts.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)
-    return RunContext(opts, world, layout, transport, hooks, guard,
-                      run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
-                      nodes=NodePlane.build(world.reducer, layout.hosts_by_rank))
+    peaks = run_peaks.gather(world.reducer, layout, transport.device.runtime or transport.device.kind,
+                             transport.gpus, tuning)
+    if opts.nccl_algo and tuning is None and world.rank == 0:
+        print("microbench: warning: --nccl-algo: NCCL_DEBUG, NCCL_DEBUG_SUBSYS or NCCL_DEBUG_FILE is set already; "
+              "NCCL's algorithms are not recorded", file=sys.stderr, flush=True)
+    rc = RunContext(opts, world, layout, transport, hooks, guard,
+                    run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
+                    nodes=NodePlane.build(world.reducer, layout.hosts_by_rank), peaks=peaks)
+    rc.tuning = tuning
+    return rc
 
 
 def read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
@@ -128,16 +152,20 @@ def _mpi_first_line(transport: Transport) -> str:
     return lib.version_string.splitlines()[0] if lib and lib.version_string else ""
 
 
-def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pairs_plan, cycles: soak.Soak) -> None:
+def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pairs_plan, cycles: soak.Soak,
+                  machine: list[dict] | None = None) -> None:
     """Rank 0: the progress bar, the one writer, the run record, and the notes and warnings it carries."""
     from microbench.cluster.mpi_runtime import shadow_warning
 
     o = rc.opts
-    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(pairs_plan.schedule) if pairs_plan else 0)
+    pair_rounds = 2 * len(pairs_plan.schedule) * max(1, o.pair_repeats) if pairs_plan else 0
+    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + pair_rounds
     rc.progress = Progress(total * (o.cycles or 1))
     rc.out = Output(o.out, o.csv, TerminalTable(progress=rc.progress), samples_path=o.samples)
     state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
-    rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport))
+    rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport,
+                                links=rc.peaks.links if rc.peaks else None,
+                                path_peak=rc.peaks.across if rc.peaks else None, machine=machine))
     if rc.transport.notice:
         rc.note(rc.transport.notice)
     warnings = [shadow_warning(rc.transport.lib) if rc.transport.lib else None]
@@ -152,6 +180,10 @@ def _close_records(rc: RunContext, status: str, reason: str, cycles: soak.Soak) 
     """Rank 0: the soak summary and the run's end record (called once, from whichever thread ends the run)."""
     with rc.out.lock:  # no result or cycle record slips in between the summary and the end record
         cycles.close()
-        rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results)))
+        machine = rc.machine_end
+        if machine is None and rc.machine is not None:  # ended by a signal, the watchdog or an error: rank 0's host
+            local = rc.machine.local_end()
+            machine = [local] if local else None
+        rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results), machine))
         rc.out.close()
 
