@@ -111,7 +111,9 @@ def _bin_of(size: int) -> int:
 
 
 def weigh(messages: list[Message], curves: dict[tuple[str, int], Curve], statistic: str) -> dict:
-    """Predicted communication time per iteration, per collective, per size bin, and the flags behind it."""
+    """Predicted communication time per iteration, per collective, per size bin, and the flags behind it. Each
+    priced message's row names the curve it was looked up by (``benchmark``, with an all-to-all-v's split) and the
+    curve that priced it (``curve``, at ``measured_ranks``: the non-blocking twin's, or the uniform split's)."""
     rows, unpriced, notes = [], set(), set()
     for m in messages:
         # a run of the non-blocking twin alone prices the collective with its t_pure curve
@@ -126,7 +128,7 @@ def weigh(messages: list[Message], curves: dict[tuple[str, int], Curve], statist
             notes.add(f"{m.collective}: measured with {curve.ranks} ranks, the workload's group has "
                       f"{m.group_size}; the {curve.ranks}-rank curve is used as measured")
         carries = m.collective != "recv"
-        rows.append({**m.as_json(), "benchmark": bench, "measured_ranks": curve.ranks,
+        rows.append({**m.as_json(), "benchmark": bench, "curve": curve.benchmark, "measured_ranks": curve.ranks,
                      "latency_us": latency, "how": how,
                      "time_us": m.count * latency if carries else 0.0,
                      "moved_bytes": m.count * m.bytes if carries else 0,
