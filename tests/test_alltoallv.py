@@ -177,6 +177,15 @@ def test_check_and_compare_tell_the_splits_apart(tmp_path):
         proc = microbench("run", "--np", "2", "alltoallv", "--splits", pattern, "-m", "1K,4K", "-i", "3", "-x", "1",
                           "--out", str(out), timeout=120)
         assert proc.returncode == 0, proc.output
+        (tmp_path / f"{pattern.replace(':', '-')}.jsonl").write_text(
+            "".join(line + "\n" for line in out.read_text().splitlines()
+                    if json.loads(line)["run_id"] == json.loads(out.read_text().splitlines()[-1])["run_id"]))
+    proc = microbench("compare", "--baseline", str(tmp_path / "uniform.jsonl"), "--new",
+                      str(tmp_path / "zipf-1.2.jsonl"), timeout=120)
+    assert proc.returncode == 2 and "nothing to compare" in proc.stderr, proc.output
+    proc = microbench("compare", "--baseline", str(tmp_path / "zipf-1.2.jsonl"), "--new",
+                      str(tmp_path / "zipf-1.2.jsonl"), "--json", timeout=120)
+    assert {c["config"]["splits"] for c in json.loads(proc.stdout)["rows"]} == {"zipf:1.2"}, proc.output
     spec = tmp_path / "spec.toml"
     spec.write_text('[[rule]]\nbenchmark = "alltoallv"\nsplits = "zipf:1.2"\nmax_latency_us = 1e9\n')
     proc = microbench("check", str(out), "--spec", str(spec), "--json", timeout=120)
