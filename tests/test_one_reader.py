@@ -27,6 +27,7 @@ READERS = {
 #: every other module that opens a file or decodes JSON, and what it reads (never a results file)
 OTHER_INPUTS = {
     "benchmarks/workload_sizes.py": "a `microbench workload --json` file (--sizes-from)",
+    "benchmarks/splits.py": "a split file of weights (--splits file:PATH, --routing file:PATH), text",
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
     "cluster/facts.py": "/proc and /sys facts of the machine",
     "cluster/machine.py": "/proc/loadavg, /proc/stat and /proc/PID/stat (what else the host was doing)",
