@@ -10,7 +10,16 @@ from dataclasses import asdict, dataclass
 
 import microbench
 from microbench.benchmarks.dtypes import OPS, DType, get_dtype
-from microbench.benchmarks.table import BISECT, COLLECTIVES, DEFAULT_BENCHMARKS, PAIRS, Collective, get_collective
+from microbench.benchmarks import splits as split_patterns
+from microbench.benchmarks.table import (
+    BISECT,
+    COLLECTIVES,
+    DEFAULT_BENCHMARKS,
+    PAIRS,
+    Collective,
+    get_collective,
+    with_splits,
+)
 from microbench.errors import UsageError
 from microbench.units import parse_duration, parse_size, parse_sizes
 
@@ -72,6 +81,14 @@ class RunOptions:
     duration: float | None = None  #: soak: start cycles until this many seconds have passed
     check_every: int | None = None  #: soak: check the data (as -c) in every K-th cycle
     straggler_columns: bool = False  #: the table shows skew and the slowest and fastest rank
+    # all-to-all-v (issue 42): the split pattern's canonical text, and the weights a file held (read once per rank,
+    # compared across ranks with the other options)
+    splits: str = "uniform"
+    split_rows: list[list[float]] | None = None
+
+    def split_pattern(self) -> split_patterns.SplitPattern:
+        """The --splits pattern (a file's weights as read when the options were built)."""
+        return split_patterns.from_text(self.splits, self.split_rows)
 
     def sizes_for(self, benchmark: str) -> list[int]:
         """The sizes one benchmark sweeps (the workload's, with --sizes-from)."""
@@ -112,7 +129,8 @@ class RunOptions:
                    nccl_connect=getattr(args, "nccl_connect", "runtime"), gpus_per_node=args.gpus_per_node,
                    nccl_algo=getattr(args, "nccl_algo", False),
                    reduce_scatter_call=args.reduce_scatter_call,
-                   **_diagnostic_options(args, BISECT in named), **_overlap_options(args, benchmarks))
+                   **_diagnostic_options(args, BISECT in named), **_overlap_options(args, benchmarks),
+                   **_split_options(args, benchmarks))
 
     def digest_fields(self) -> dict:
         """What must agree across ranks (all options, plus the microbench version)."""
@@ -245,6 +263,17 @@ def _overlap_options(args, benchmarks: list[str]) -> dict:
     return {"compute_ratio": ratio, "compute_us": args.compute_us, "num_tests": args.num_tests, "kernel": kernel}
 
 
+def _split_options(args, benchmarks: list[str]) -> dict:
+    """--splits, parsed (a file read here), for the benchmarks that take a split pattern (alltoallv, ialltoallv)."""
+    text = getattr(args, "splits", None)
+    if text is None:
+        return {}
+    if not any(COLLECTIVES[b].splits is not None for b in benchmarks):
+        raise UsageError(f"--splits applies to {', '.join(c.name for c in COLLECTIVES.values() if c.splits)}")
+    pattern = split_patterns.parse(text)
+    return {"splits": pattern.text, "split_rows": [list(r) for r in pattern.rows] if pattern.rows else None}
+
+
 def _resolve_buffer(args) -> str:
     """--buffer, checked against --backend and --device (default: numpy on the CPU, torch tensors on CUDA)."""
     if args.backend == "torch":
@@ -310,6 +339,15 @@ def plan_size(coll: Collective, size: int, nranks: int, dtype: DType, in_place: 
     io_send, io_recv = (coll.io_counts or coll.buffer_counts)(count, nranks)
     return SizePlan(count * dtype.itemsize, count, send_count, recv_count, io_send * dtype.itemsize,
                     io_recv * dtype.itemsize)
+
+
+def collective_for(opts: RunOptions, name: str) -> Collective:
+    """The table's entry a run measures under ``name``: alltoallv and ialltoallv with the run's split pattern
+    bound for its element type; every other entry as the table holds it."""
+    coll = COLLECTIVES[name]
+    if coll.splits is None:
+        return coll
+    return with_splits(coll, opts.split_pattern(), dtype_for(opts, coll).itemsize)
 
 
 def dtype_for(opts: RunOptions, coll: Collective) -> DType:

@@ -36,7 +36,7 @@ def apply_the_doc(package: Path) -> None:
     table = package / "benchmarks" / "table.py"
     text = table.read_text()
     text = text.replace("COLLECTIVES: dict[str, Collective] = {", entry + "\n\nCOLLECTIVES: dict[str, Collective] = {", 1)
-    text = text.replace("IREDUCE, IALLTOALL)", "IREDUCE, IALLTOALL, GATHER)", 1)
+    text = text.replace("IALLTOALLV)", "IALLTOALLV, GATHER)", 1)
     table.write_text(text)
     methods = dict(re.findall(r"# (\w+)\n(.*?)(?=\n# |\Z)", backends, re.S))
     insert_methods(package / "measure" / "backends" / "mpi.py",

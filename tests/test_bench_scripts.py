@@ -82,6 +82,26 @@ def test_bench_replay_measures_one_scheme_locally_and_replots_it(tmp_path):
     assert again.returncode == 0 and again.stdout == proc.stdout and (tmp_path / "f.png").stat().st_size > 0
 
 
+def test_bench_moe_curves_measure_every_split_and_replot_them(tmp_path):
+    """scripts/bench_moe.py curves (issue 42) on one size, one launch each: the table's row of every split, and the
+    same table and a figure again from what it kept."""
+    import subprocess
+    import sys
+
+    script = REPO / "scripts" / "bench_moe.py"
+    out = tmp_path / "curves"
+    proc = subprocess.run([sys.executable, str(script), "curves", "--rounds", "1", "--sizes", "16K,64K", "--out",
+                           str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 16384 |") or line.startswith("| 65536 |")]
+    assert len(rows) == 2 and all(len(row.split("|")) == 1 + 1 + 4 + 3 + 1 for row in rows), proc.stdout
+    again = subprocess.run([sys.executable, str(script), "curves", "--replot", str(out), "--figure",
+                            str(tmp_path / "f.png")], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert [line for line in again.stdout.splitlines() if line.startswith("| 16384 |")] == rows[:1]
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
 def test_bench_gate_errors_detect_tabulates_predicted_against_measured(tmp_path):
     """The detect mode on a tiny pool of real launches: two draws, one slowdown, the table and JSON shape."""
     import json

@@ -27,6 +27,7 @@ READERS = {
 #: every other module that opens a file or decodes JSON, and what it reads (never a results file)
 OTHER_INPUTS = {
     "benchmarks/workload_sizes.py": "a `microbench workload --json` file (--sizes-from)",
+    "benchmarks/splits.py": "a split file of weights (--splits file:PATH, --routing file:PATH), text",
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
     "cluster/cache_folder.py": "what microbench remembers between launches in its cache folder (mpicc -show, the launcher)",
     "cluster/facts.py": "/proc and /sys facts of the machine",

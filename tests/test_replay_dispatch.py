@@ -4,9 +4,10 @@ waited at the end of their segment.
 
 In this process, on a real one-rank MPI (a singleton): the dispatch goes through the table (a collective the table
 lacks cannot be replayed), and the executor posts overlapped calls. On 4 real ranks (this file run as a script under
-mpiexec): every collective the replay issues, blocking and posted, and the pipeline shift, on every group kind of
-tp 2 x dp 2 and pp 2 x dp 2, on MPI and on torch.distributed's gloo, moves each rank's data to the ranks its layout
-group holds (the expectation comes from the layout, not from the communicator the call ran on).
+mpiexec): every collective the replay issues, blocking and posted, all-to-all-v with a skewed split and its
+transpose (issue 42), the pipeline shift and the context-parallel ring's, on every group kind of tp 2 x dp 2,
+pp 2 x dp 2 and cp 2 x dp 2 with ep 2, on MPI and on torch.distributed's gloo, moves each rank's data to the ranks
+its layout group holds (the expectation comes from the layout, not from the communicator the call ran on).
 """
 
 from __future__ import annotations
@@ -23,21 +24,28 @@ if __name__ == "__main__":  # run as a script under mpiexec: this checkout's pac
 
 import numpy as np
 
+from microbench.benchmarks.splits import parse
 from microbench.replay.layout import KINDS, Layout
 from microbench.replay.schedule import Call
 
 #: the workload collectives the replay issues through the table, each checked blocking and posted
 THROUGH_THE_TABLE = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall")
 BYTES = 64  #: per call: 16 float32 elements for the reductions, 64 bytes (per peer for alltoall) otherwise
+SPLITS = ("zipf:1.2", "zipf:1.2/T")  #: the all-to-all-v splits probed (a MoE dispatch and its combine)
 
 
 # ------------------------------------------------------------------------------------------------ on 4 ranks
 def probe_calls(layout: Layout) -> list[Call]:
-    """Every collective on every group kind, blocking and posted, and the pipeline shift both ways."""
-    calls = [Call(c, BYTES, kind, "forward", posted) for kind in KINDS for c in THROUGH_THE_TABLE
-             for posted in (False, True) if len(layout.groups(kind)[0]) > 1]
-    if layout.pp > 1:
-        calls += [Call("send", BYTES, "pp", phase, False) for phase in ("forward", "backward")]
+    """Every collective on every group kind, blocking and posted, all-to-all-v with a split and its transpose, and
+    the pipeline's and the ring's shift both ways."""
+    kinds = [kind for kind in layout.kinds if layout.size(kind) > 1]
+    calls = [Call(c, BYTES, kind, "forward", posted) for kind in kinds for c in THROUGH_THE_TABLE
+             for posted in (False, True)]
+    calls += [Call("alltoallv", BYTES, kind, "forward", posted, parse(split)) for kind in kinds
+              for split in SPLITS for posted in (False, True)]
+    for group, size in (("pp", layout.pp), ("cp", layout.cp)):
+        if size > 1:
+            calls += [Call("send", BYTES, group, phase, False) for phase in ("forward", "backward")]
     return calls
 
 
@@ -63,6 +71,9 @@ def _fill(call: Call, issued, me: int, i: int, n: int) -> None:
     values = np.full(len(source), me + 1, dtype=_got(source).dtype)
     if call.collective == "alltoall":
         values += np.repeat(np.arange(n) * 16, len(source) // n).astype(values.dtype)
+    if call.collective == "alltoallv":  # block j (of its split's length) for peer j: + 16 j
+        row = call.splits.matrix(BYTES, n)[i]
+        values[:row.sum()] += np.repeat(np.arange(n) * 16, row).astype(values.dtype)
     _put(source, values)
 
 
@@ -81,13 +92,21 @@ def _expected(call: Call, members: tuple, me: int, length: int) -> np.ndarray | 
         return np.repeat([m + 1 for m in members], length // n)
     if call.collective == "alltoall":
         return np.repeat([m + 1 + 16 * i for m in members], length // n)
+    if call.collective == "alltoallv":  # each source's block for me, in rank order; the rest of the buffer untouched
+        column = call.splits.matrix(BYTES, n)[:, i]
+        got = np.repeat([m + 1 + 16 * i for m in members], column)
+        return np.concatenate([got, np.zeros(max(0, length - len(got)))])  # a shorter buffer fails the check
     peer = i - 1 if call.phase != "backward" else i + 1  # a shift: from the previous stage in forward
+    if call.group == "cp":  # the ring wraps at its ends
+        peer %= n
     return np.full(length, members[peer] + 1 if 0 <= peer < n else 0)
 
 
 def _check(call: Call, issued, members: tuple, me: int) -> list[str]:
     i, n = members.index(me), len(members)
     name = f"{call.collective} {'posted' if call.overlapped else 'blocking'} on {call.group} {members} ({call.phase})"
+    if call.splits is not None:
+        name += f" split {call.splits.text}"
     want_entry = "shift" if call.collective == "send" else ("i" if call.overlapped else "") + call.collective
     if (issued.entry, issued.posted, issued.group_ranks) != (want_entry, call.overlapped, n):
         return [f"{name}: issued as {issued.entry} (posted {issued.posted}) on {issued.group_ranks} ranks"]
@@ -102,12 +121,13 @@ def _check(call: Call, issued, members: tuple, me: int) -> list[str]:
     return []
 
 
-def probe(backend: str, tp: int, pp: int, dp: int) -> list[str]:
-    """On this rank of a tp x pp x dp job: every probe call through the replay's issuer, checked. Its failures."""
+def probe(backend: str, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> list[str]:
+    """On this rank of a tp x pp x dp (x cp, ep) job: every probe call through the replay's issuer, checked. Its
+    failures."""
     from microbench.cluster.world import init_world
 
     world = init_world()
-    layout = Layout(tp, pp, dp)
+    layout = Layout(tp, pp, dp, cp, ep, 1, ep > 1)
     calls = probe_calls(layout)
     if backend == "mpi":
         from microbench.replay.issue_mpi import MpiIssuer
@@ -126,9 +146,9 @@ def probe(backend: str, tp: int, pp: int, dp: int) -> list[str]:
 
 
 if __name__ == "__main__":
-    backend, tp, pp, dp = sys.argv[1], *map(int, sys.argv[2:5])
+    backend, tp, pp, dp, cp, ep = sys.argv[1], *map(int, sys.argv[2:7])
     print(json.dumps({"rank": int(os.environ.get("OMPI_COMM_WORLD_RANK", 0)), "checked": len(probe_calls(
-        Layout(tp, pp, dp))), "failures": probe(backend, tp, pp, dp)}), flush=True)
+        Layout(tp, pp, dp, cp, ep, 1, ep > 1))), "failures": probe(backend, tp, pp, dp, cp, ep)}), flush=True)
     sys.exit(0)
 
 import pytest  # noqa: E402  (the script above runs without pytest)
@@ -142,15 +162,22 @@ BACKENDS = ["mpi", pytest.param("torch", marks=pytest.mark.skipif(
     not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)"))]
 
 
+#: (tp, pp, dp, cp, ep) -> group kinds of more than one rank, and shifts probed
+PROBED_LAYOUTS = {(2, 1, 2, 1, 1): (2, 0), (1, 2, 2, 1, 1): (2, 2),
+                  # tp 1, pp 1, dp 2, cp 2 and ep 2: dp, cp, dp_cp (4), ep, edp and tp_ep (ep x etp 1)
+                  (1, 1, 2, 2, 2): (6, 2)}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("tp,pp,dp", [(2, 1, 2), (1, 2, 2)])
-def test_every_call_moves_each_ranks_data_to_its_layout_group(backend, tp, pp, dp):
+@pytest.mark.parametrize("sizes", list(PROBED_LAYOUTS), ids=lambda s: "tp{}-pp{}-dp{}-cp{}-ep{}".format(*s))
+def test_every_call_moves_each_ranks_data_to_its_layout_group(backend, sizes):
     cmd, env = mpiexec_prefix(4)
-    result = run_process([*cmd, sys.executable, __file__, backend, str(tp), str(pp), str(dp)], timeout=180, env=env)
+    result = run_process([*cmd, sys.executable, __file__, backend, *map(str, sizes)], timeout=240, env=env)
     assert result.returncode == 0, result.output
     ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], result.output
-    expected = len(THROUGH_THE_TABLE) * 2 * 2 + (2 if pp > 1 else 0)  # two group kinds of 2 ranks each
+    kinds, shifts = PROBED_LAYOUTS[sizes]
+    expected = kinds * (len(THROUGH_THE_TABLE) * 2 + len(SPLITS) * 2) + shifts
     assert all(r["checked"] == expected for r in ranks)
     assert [f for r in ranks for f in r["failures"]] == []
 
@@ -226,11 +253,13 @@ def test_overlapped_calls_are_posted_and_waited_when_their_segment_ends(mpi):
     times = executor.iteration()
     assert events == ["post allreduce 64", "post allreduce 128", "wait allreduce 64", "wait allreduce 128",
                       "call allgather 64", "post allreduce 64", "wait allreduce 64"]
-    assert set(times.per_call_s) == {("allreduce", "dp", 64), ("allreduce", "dp", 128), ("allgather", "dp", 64)}
+    assert set(times.per_call_s) == {("allreduce", "dp", 64, ""), ("allreduce", "dp", 128, ""),
+                                     ("allgather", "dp", 64, "")}  # Call.key: no split
     assert times.wall_s >= sum(times.per_call_s.values())
     counted = executor.issued_calls()
-    assert counted[("allreduce", "dp", 64)].calls == 2 and counted[("allreduce", "dp", 64)].entries == {"iallreduce"}
-    assert counted[("allgather", "dp", 64)].entries == {"allgather"}
+    reduced = counted[("allreduce", "dp", 64, "")]
+    assert reduced.calls == 2 and reduced.entries == {"iallreduce"}
+    assert counted[("allgather", "dp", 64, "")].entries == {"allgather"}
     events.clear()
     executor.iteration(compute_only=True)
     assert events == []  # compute-only iterations issue nothing

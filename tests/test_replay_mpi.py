@@ -24,11 +24,11 @@ def assert_issued_as_scheduled(out: dict, schedule, sizes: dict) -> None:
     """The per-call rows say what was issued: each scheduled call once per iteration, through the table's entry its
     overlap names (a pipeline send as a shift; a recv twin: nothing), on a communicator of its group's size, with
     the entry's buffers per rank."""
-    ranks = {kind: sizes.get(kind, 1) for kind in ("tp", "pp", "dp")}
-    rows = {(r["collective"], r["group"], r["bytes"]): r for r in out["per_call"]}
-    assert set(rows) == {(c.collective, c.group, c.bytes) for c in schedule}
-    for (collective, group, nbytes), row in rows.items():
-        mine = [c for c in schedule if (c.collective, c.group, c.bytes) == (collective, group, nbytes)]
+    ranks = {kind: sizes.get(kind, 1) for kind in ("tp", "pp", "dp", "cp", "ep", "edp", "dp_cp")}
+    rows = {(r["collective"], r["group"], r["bytes"], r.get("splits", "")): r for r in out["per_call"]}
+    assert set(rows) == {c.key for c in schedule}
+    for (collective, group, nbytes, split), row in rows.items():
+        mine = [c for c in schedule if c.key == (collective, group, nbytes, split)]
         assert row["calls"] == len(mine)
         if collective == "recv":
             assert (row["issued"], row["issued_as"]) == (0, [])
@@ -40,6 +40,9 @@ def assert_issued_as_scheduled(out: dict, schedule, sizes: dict) -> None:
                                                                  else nbytes, 1), row
         elif collective == "allgather":
             assert (row["send_bytes"], row["recv_bytes"]) == (max(nbytes, 1), max(nbytes, 1) * ranks[group]), row
+        elif collective == "alltoallv":  # the busiest sender's bytes, the busiest receiver's receive (its split's)
+            d = mine[0].splits.describe(nbytes, ranks[group])
+            assert (row["send_bytes"], row["recv_bytes"], row["splits"]) == (nbytes, d["recv_max"], split), row
 
 
 SCHEMES_ON_FOUR = [("ddp", {"dp": 4}, {"dp"}), ("zero3", {"dp": 4}, {"dp"}), ("tp", {"tp": 2, "dp": 2}, {"tp", "dp"}),
@@ -64,6 +67,37 @@ def test_four_ranks_replay_each_scheme_on_its_groups(scheme, sizes, groups, back
     assert all(v > 0 for v in out["per_group_s"].values())
     assert {r["what"] for r in out["comparison"]} >= {"total", *(f"group {g}" for g in groups)}
     assert_issued_as_scheduled(out, schedule, sizes)
+
+
+#: issue 42: a mixture-of-experts layout (ep 4 over dp 4, zipf routing: all-to-all-v) and a context-parallel one
+#: (cp 2 x dp 2: the ring's send/recv, gradients over dp x cp)
+LLAMA = [*MODEL, "--family", "llama", "--kv-heads", "2", "--micro-batch", "1"]
+LAYOUTS_ON_FOUR = [("moe", {"ep": 4, "dp": 4}, ["--experts", "8", "--top-k", "2", "--routing", "zipf:1.2"],
+                    {"ep", "dp"}),
+                   ("cp", {"cp": 2, "dp": 2}, [], {"cp", "dp_cp"})]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("scheme,sizes,extra,groups", LAYOUTS_ON_FOUR, ids=["moe", "cp"])
+def test_four_ranks_replay_an_moe_and_a_cp_layout_with_the_prediction_beside(scheme, sizes, extra, groups, backend):
+    from microbench.benchmarks.splits import parse
+
+    flags = [x for k, v in sizes.items() for x in (f"--{k}", str(v))]
+    out = _replay(microbench("replay", "--np", "4", "--backend", backend, *LLAMA, "--scheme", scheme, *flags,
+                             *extra, *FAST, timeout=300))
+    moe = scheme == "moe"
+    model = Model(256, 2, 4, 64, 512, family="llama", kv_heads=2, experts=8 if moe else 0, top_k=2 if moe else 0)
+    schedule = calls(Workload(model, scheme, micro_batch=1, routing=parse("zipf:1.2" if moe else "uniform"), **sizes))
+    assert out["calls_per_iteration"] == len(schedule) and set(out["per_group_s"]) == groups
+    assert_issued_as_scheduled(out, schedule, {**sizes, "dp_cp": 4})
+    if scheme == "moe":
+        splits = {r["splits"] for r in out["per_call"] if r["collective"] == "alltoallv"}
+        assert splits == {"zipf:1.2", "zipf:1.2/T"} and out["workload"]["routing"] == "zipf:1.2"
+    else:
+        assert {r["issued_as"][0] for r in out["per_call"] if r["collective"] == "send"} == {"shift"}
+    predicted = out["prediction"]["per_group_s"]
+    assert set(predicted) == groups and all(v > 0 for v in predicted.values())
+    assert {r["what"] for r in out["comparison"]} >= {"total", *(f"group {g}" for g in groups)}
 
 
 def test_two_ranks_under_mpiexec():

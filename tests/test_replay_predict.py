@@ -41,7 +41,7 @@ def test_overlapped_calls_cost_only_what_their_segments_compute_cannot_hide():
 
 
 def test_same_launch_prices_each_exact_call_and_says_when_one_is_missing():
-    price = from_latencies({("allreduce", "dp", 1000): CallLatency(0.005, 0.009)})
+    price = from_latencies({("allreduce", "dp", 1000, ""): CallLatency(0.005, 0.009)})  # Call.key
     assert price(AR) == Price(0.005, "same launch")
     assert price(AG) == Price(0.0, "no curve")
 
@@ -165,3 +165,17 @@ def test_out_behaves_as_run_out_missing_folders_made_an_unwritable_path_one_erro
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert "--out /proc/microbench/r.jsonl: cannot write there" in errors[0]
     assert "replay:" not in result.stdout and "Traceback" not in result.stderr
+
+
+def test_an_all_to_all_v_is_priced_on_the_curve_of_its_split():
+    """issue 42: the zipf curve prices a zipf call; without one the uniform split's does, and a note says so."""
+    from microbench.benchmarks.splits import parse
+
+    curves = {("alltoallv[uniform]", 4): Curve("alltoallv[uniform]", 4, [1024, 4096], [10.0, 40.0], [None, None]),
+              ("alltoallv[zipf:1.2]", 4): Curve("alltoallv[zipf:1.2]", 4, [1024, 4096], [30.0, 90.0], [None, None])}
+    price, notes = from_curves(curves, Layout(dp=4, ep=4))
+    zipf = Call("alltoallv", 1024, "ep", "forward", False, parse("zipf:1.2"))
+    assert price(zipf).seconds == pytest.approx(30e-6) and not notes
+    hot = Call("alltoallv", 1024, "ep", "forward", False, parse("hot:4"))
+    assert price(hot).seconds == pytest.approx(10e-6)
+    assert notes == {"alltoallv[hot:4]: no curve of that split; priced on the uniform split's"}

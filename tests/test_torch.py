@@ -273,3 +273,19 @@ def test_a_preflight_failure_on_one_rank_ends_every_rank_before_the_collective_c
     errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
     assert len(errors) == 1 and "--out /proc/microbench/r.jsonl: cannot write there" in errors[0], proc.stderr
     assert "timeout:" not in proc.stderr and "# allreduce" not in proc.stdout
+
+
+def test_gloo_alltoallv_with_splits_checked(tmp_path):
+    """issue 42: all_to_all_single with split sizes (and its async twin) on gloo, zipf and hot splits, checked."""
+    out = tmp_path / "v.jsonl"
+    for pattern in ("zipf:1.2", "hot:4"):
+        proc = mpiexec(4, "run", "--backend", "torch", "alltoallv", "ialltoallv", "--splits", pattern, "-m", "1K",
+                       "-i", "3", "-x", "1", "--check", "--dtype", "float32", "--out", str(out), timeout=240)
+        assert proc.returncode == 0, proc.output
+    res = results_of(out)
+    assert [(r["benchmark"], r["splits"]) for r in res] == [
+        ("alltoallv", "zipf:1.2"), ("ialltoallv", "zipf:1.2"), ("alltoallv", "hot:4"), ("ialltoallv", "hot:4")]
+    assert all(r["check"] == "pass" and r["torch_backend"] == "gloo" for r in res)
+    # 256 float32 per rank: zipf:1.2 rows 135 59 36 26 (rank 0 receives 4 x 135); hot:4: 256 x 4/7 = 146.3 and
+    # 256/7 = 36.6, floors 146 36 36 36 leave 2 for the remainders of 0.57 (ties: the ranks after the sender)
+    assert res[0]["recv_bytes"] == 4 * 4 * 135 and res[2]["recv_bytes"] == 4 * 4 * 146

@@ -62,7 +62,7 @@ def test_lines_without_prefix_are_attributed_by_their_communicator_or_reported(t
              nccl_call("AllReduce", 16, 7, "0xc3", 2, prefix=False)]  # nobody owns 0xc3
     report = read_trace(write(tmp_path, lines))
     assert report.calls_per_rank() == {"node1:1 gpu0": 2, "node1:2 gpu1": 1}
-    assert report.unattributed == {("allreduce", 64, 2): 1}
+    assert report.unattributed == {("allreduce", 64, 2, None): 1}  # (collective, bytes, group, splits)
     assert "?" not in "".join(report.ranks)
     assert report.rank_spread() == {"min": 1, "median": 1.5, "max": 2}  # the partial rank shows
 

@@ -29,12 +29,12 @@ def test_packing_rules():
 WORKLOADS = {
     "ddp": dict(dp=8), "fsdp2": dict(dp=6), "zero1": dict(dp=8), "zero2": dict(dp=6), "zero3": dict(dp=6), "zeropp": dict(dp=16),
     "tp": dict(tp=4, microbatches=2), "sp": dict(tp=4), "pp": dict(pp=2, dp=4, microbatches=4),
-    "3d": dict(tp=2, pp=3, dp=2, microbatches=3),
+    "3d": dict(tp=2, pp=3, dp=2, microbatches=3), "cp": dict(cp=2, tp=2, dp=2),
 }
 
 
 @pytest.mark.parametrize("model", ["19M", "125M", "1.3B", "13B"])
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "moe"])  # moe needs experts: test_workload_moe.py
 def test_messages_agree_with_the_equation(scheme, model):
     kw = dict(WORKLOADS[scheme])
     if scheme in ("pp", "3d") and preset(model).layers % kw["pp"]:

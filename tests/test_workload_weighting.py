@@ -119,3 +119,25 @@ def test_compute_against_communication():
     # tensor and pipeline parallel ranks each compute 1/(t*p) of the replica's work
     w3 = Workload(preset("1.3B"), "3d", tp=2, pp=2, microbatches=4)
     assert compute_vs_communication(w3, 1, 1)["flops_per_device"] == 6 * 1_418_596_352 * 4 * 2048 * 4 / 4
+
+
+def test_figure_draws_the_curve_that_priced_each_message(tmp_path):
+    """issue 42: a skewed all-to-all-v priced on the uniform split's curve and an allreduce priced on its
+    non-blocking twin's are drawn on those curves (the figure looked up the names they were asked by: KeyError)."""
+    from microbench.workload.figure import plot_weighting
+    from microbench.workload.weighting import Curve
+
+    sizes = [1024, 4096, 16384]
+    curves = {("alltoallv[uniform]", 4): Curve("alltoallv[uniform]", 4, sizes, [10.0, 20.0, 40.0], [1.0, 2.0, 3.0]),
+              ("iallreduce", 4): Curve("iallreduce", 4, sizes, [5.0, 10.0, 20.0], [1.0, 2.0, 3.0])}
+    messages = [Message("alltoallv", 4096, 2, 4, "forward", splits="zipf:1.2"),
+                Message("alltoallv", 8192, 2, 4, "forward", splits="zipf:1.2/T"),
+                Message("allreduce", 4096, 1, 4, "gradients")]
+    weighting = weigh(messages, curves, "p50")
+    assert [(r["benchmark"], r["curve"]) for r in weighting["messages"]] == [
+        ("alltoallv[zipf:1.2]", "alltoallv[uniform]"), ("alltoallv[zipf:1.2/T]", "alltoallv[uniform]"),
+        ("allreduce", "iallreduce")]
+    assert weighting["time_per_iteration_us"] == pytest.approx(2 * 20 + 2 * 20 * math.sqrt(2) + 10)
+    path = tmp_path / "w.png"
+    plot_weighting(str(path), weighting, curves, "fallback curves")
+    assert path.stat().st_size > 1000

@@ -139,3 +139,19 @@ def p2p_verify(b: Buffers, c: Context, it: int) -> int:
 def stream_verify(b: Buffers, c: Context, it: int) -> int:
     """Only the receiving side of a one-way stream holds data to check."""
     return 0 if c.initiator else p2p_verify(b, c, it)
+
+
+# ------------------------------------------------------------------------- all-to-all-v (issue 42)
+def alltoallv_fill(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> None:
+    """Each rank's block for peer j is ``matrix[rank, j]`` values salted with j, back to back; receive poisoned."""
+    row = matrix[c.rank]
+    b.send[:int(row.sum())] = np.concatenate([data(c.rank, it, int(k), salt=dst) for dst, k in enumerate(row)])
+    b.recv[...] = POISON
+
+
+def alltoallv_verify(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> int:
+    """The blocks of every source in rank order, and the rest of the receive buffer left poisoned."""
+    column = matrix[:, c.rank]
+    total = int(column.sum())
+    expected = np.concatenate([data(src, it, int(k), salt=c.rank) for src, k in enumerate(column)])
+    return mismatches(b.recv[:total], expected) + mismatches(b.recv[total:], POISON)

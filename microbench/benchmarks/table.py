@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from microbench.benchmarks import checkdata as cd
 from microbench.benchmarks.base import COLLECTIVE_COUNTS, LATENCY_COUNTS, STREAM_COUNTS, Buffers, Context, Counts
+from microbench.benchmarks.splits import UNIFORM, SplitPattern
 from microbench.errors import UsageError
 
 POISON = cd.POISON
@@ -73,6 +74,9 @@ class Collective:
     #: the MPI function(s) an iteration calls (recorded as ``mpi_call``); reduce_scatter: the block form, which
     #: ``--reduce-scatter-call vector`` replaces with MPI_Reduce_scatter (``measure.backends.mpi``)
     mpi_call: str | None = None
+    #: all-to-all-v (issue 42): the split pattern bound into this entry's buffers, bandwidth, call and check data
+    #: (``with_splits``); None for a benchmark that takes none
+    splits: SplitPattern | None = None
     #: directions the recorded busbw counts (2 for a bidirectional benchmark): its path's peak is this many
     #: times the link's peak per direction (microbench.cluster.path_peak)
     directions: int = 1
@@ -211,6 +215,43 @@ BIBW = Collective(
 )
 
 
+def alltoallv_entry(pattern: SplitPattern = UNIFORM, itemsize: int = 1) -> Collective:
+    """MPI_Alltoallv / all_to_all_single with split sizes, its splits per ``pattern`` for elements of ``itemsize``
+    bytes (issue 42; docs/definitions.md). The message size is what the busiest sender sends in all (every rank's
+    send for the generated patterns, as nccl-tests' alltoallv_perf sizes); each rank's receive buffer holds the
+    largest receive; S = the larger of the busiest rank's send and receive bytes (nccl-tests 2.19)."""
+    def io(count: int, n: int) -> tuple[int, int]:
+        d = pattern.describe(count, n)
+        return d["send_max"], d["recv_max"]
+
+    def matrix_of(b: Buffers, c: Context):
+        return pattern.matrix(len(b.send), c.nranks)
+
+    def build(be, b: Buffers, c: Context):
+        m = pattern.matrix(len(b.send), c.nranks)
+        return be.alltoallv(b.send, b.recv, m[c.rank], m[:, c.rank])
+
+    return Collective(
+        name="alltoallv",
+        summary="MPI_Alltoallv / all_to_all_single with split sizes: each rank sends its own amount to every rank "
+                f"(--splits {pattern.text})",
+        primitive="alltoallv", mpi_call="MPI_Alltoallv",
+        reduces=False, default_dtype="uint8",
+        buffer_counts=io,
+        busbw_factor=lambda n: (n - 1) / n, busbw_formula="(n-1)/n",
+        algbw_bytes=lambda size, n: itemsize * max(io(size // itemsize, n)),
+        build=build,
+        fill=lambda b, c, it: cd.alltoallv_fill(b, c, it, matrix_of(b, c)),
+        verify=lambda b, c, it: cd.alltoallv_verify(b, c, it, matrix_of(b, c)),
+        splits=pattern,
+    )
+
+
+#: the table's entry: uniform until a run binds its --splits (``with_splits``); its summary names no pattern
+ALLTOALLV = replace(alltoallv_entry(), summary="MPI_Alltoallv / all_to_all_single with split sizes: each rank sends "
+                                               "its own amount to every rank (--splits: uniform, zipf:S, hot:K, file)")
+
+
 def nonblocking_mpi_call(blocking: str) -> str:
     """The MPI function that posts a blocking one non-blocking: MPI_Allreduce -> MPI_Iallreduce."""
     return f"MPI_I{blocking[4].lower()}{blocking[5:]}"
@@ -235,9 +276,22 @@ IREDUCE_SCATTER = _nonblocking(REDUCE_SCATTER, "MPI_Ireduce_scatter_block / redu
 IBROADCAST = _nonblocking(BROADCAST, "MPI_Ibcast / broadcast", lambda be, b, c: be.ibroadcast(b.send, c.root))
 IALLTOALL = _nonblocking(ALLTOALL, "MPI_Ialltoall / all_to_all", lambda be, b, c: be.ialltoall(b.send, b.recv))
 
+
+def _ialltoallv(blocking: Collective) -> Collective:
+    """The non-blocking twin of an alltoallv entry (its splits bound alike)."""
+    def build(be, b: Buffers, c: Context):
+        m = blocking.splits.matrix(len(b.send), c.nranks)
+        return be.ialltoallv(b.send, b.recv, m[c.rank], m[:, c.rank])
+
+    return _nonblocking(blocking, "MPI_Ialltoallv / all_to_all_single", build)
+
+
+IALLTOALLV = _ialltoallv(ALLTOALLV)
+
 COLLECTIVES: dict[str, Collective] = {
     c.name: c for c in (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, LATENCY, BW, REDUCE, ALLTOALL, BIBW,
-                        IALLREDUCE, IALLGATHER, IREDUCE_SCATTER, IBROADCAST, IREDUCE, IALLTOALL)
+                        IALLREDUCE, IALLGATHER, IREDUCE_SCATTER, IBROADCAST, IREDUCE, IALLTOALL, ALLTOALLV,
+                        IALLTOALLV)
 }
 
 #: The blocking benchmarks, in order (every one but the non-blocking ``i*`` collectives).
@@ -265,6 +319,15 @@ def benchmark_key(name: str, also: tuple[str, ...] = ()) -> str:
 def posted_twin(blocking: Collective) -> Collective:
     """The entry that posts ``blocking`` non-blocking (allreduce -> iallreduce); KeyError when the table has none."""
     return COLLECTIVES["i" + blocking.name]
+
+
+def with_splits(coll: Collective, pattern: SplitPattern, itemsize: int) -> Collective:
+    """``coll`` with ``pattern`` bound for elements of ``itemsize`` bytes (alltoallv, ialltoallv); an entry that
+    takes no split pattern is returned as it is."""
+    if coll.splits is None:
+        return coll
+    bound = alltoallv_entry(pattern, itemsize)
+    return _ialltoallv(bound) if coll.nonblocking else bound
 
 
 def get_collective(name: str) -> Collective:

@@ -16,12 +16,13 @@ BENCHMARK_FOR = {
     "broadcast": "broadcast",
     "reduce": "reduce",
     "alltoall": "alltoall",
+    "alltoallv": "alltoallv",  # issue 42: priced on the curve of its split (workload.weighting.curve_name)
     "send": "latency",
     "recv": "latency",
 }
 
 MAPPING_RULE = ("collectives map to microbench benchmarks by name; send and recv map to latency (one one-way "
-                "message: half the ping-pong round trip)")
+                "message: half the ping-pong round trip); an alltoallv to the alltoallv curve of its split pattern")
 
 
 def _messages_of(doc, path: str) -> list:

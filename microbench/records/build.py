@@ -130,6 +130,10 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         record["overlap"] = figures.overlap
     if coll.rooted:
         record["root"] = opts.root
+    if coll.splits is not None:  # issue 42: all-to-all-v
+        described = coll.splits.describe(plan.count, nranks)
+        record["splits"] = coll.splits.text
+        record["splits_recv_imbalance"] = round(max(1.0, described["recv_imbalance"]), 6)
     if coll.point_to_point:
         record["pairs"] = nranks // 2
         record["window"] = opts.window if coll.windowed else None

@@ -635,6 +635,13 @@ class ResultRecord(Record, tag="result", kw_only=True):
     window: Optional[Positive] | UnsetType = UNSET
     pairs_inter_node: Count | UnsetType = UNSET
     source: Source | UnsetType = UNSET
+    # ---- issue 42: all-to-all-v (alltoallv, ialltoallv)
+    splits: Annotated[str, Meta(description=(
+        "the split pattern over destinations (--splits): uniform, zipf:S, hot:K or file:NAME#SHA256-8; send_bytes "
+        "and recv_bytes are then the busiest rank's"))] | UnsetType = UNSET
+    splits_recv_imbalance: Annotated[float, Meta(ge=1, le=1e9, description=(
+        "the busiest rank's receive over the mean receive (1: every rank receives alike)"))] | UnsetType = UNSET
+    # ---- end of issue 42
     # issue 43: busbw against the path's peak, and NCCL's algorithm and protocol
     peak: Optional[ResultPeak] | UnsetType = UNSET
     nccl_algo: Optional[NcclAlgorithm] | UnsetType = UNSET
@@ -787,6 +794,13 @@ class ReplayWorkload(Block, kw_only=True):
     dtype: str | UnsetType = UNSET
     micro_batch: Positive | UnsetType = UNSET
     microbatches: Positive | UnsetType = UNSET
+    # ---- issue 42: expert and context parallelism
+    ep: Positive | UnsetType = UNSET
+    cp: Positive | UnsetType = UNSET
+    experts: Positive | UnsetType = UNSET
+    top_k: Positive | UnsetType = UNSET
+    routing: str | UnsetType = UNSET
+    # ---- end of issue 42
 
 
 class ReplayCall(Block, kw_only=True):
@@ -794,7 +808,7 @@ class ReplayCall(Block, kw_only=True):
     them (the benchmark table's entries, the group's ranks, the buffers moved per rank) and its times."""
 
     collective: str
-    group: Literal["tp", "pp", "dp"]
+    group: Literal["tp", "pp", "dp", "cp", "dp_cp", "ep", "etp", "edp", "tp_ep"]  # cp and after: issue 42
     bytes: Bytes
     calls: Positive
     overlapped: bool | UnsetType = UNSET
@@ -808,6 +822,8 @@ class ReplayCall(Block, kw_only=True):
     isolated_s_per_call: Optional[Seconds] | UnsetType = UNSET
     concurrent_s_per_call: Optional[Seconds] | UnsetType = UNSET
     nonblocking_s_per_call: Optional[Seconds] | UnsetType = UNSET
+    # ---- issue 42: an all-to-all-v's split pattern (its bytes: what the busiest sender sends)
+    splits: str | UnsetType = UNSET
 
 
 class ReplayPrediction(Block, kw_only=True):

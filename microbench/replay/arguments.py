@@ -11,7 +11,8 @@ import dataclasses
 from microbench.errors import UsageError
 from microbench.replay import predict
 from microbench.replay.layout import Layout
-from microbench.replay.schedule import Call, calls, from_messages
+from microbench.replay.schedule import Call, calls, from_messages, layout_of
+from microbench.workload import parallel_arguments
 from microbench.workload.distribution import Workload
 from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, Model, preset
 
@@ -19,8 +20,10 @@ from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, Model, preset
 def model(args) -> Model | None:
     """The model the arguments name (None: a trace is replayed instead)."""
     dims = (args.hidden, args.layers, args.heads)
+    parallel_arguments.check_bounds(args)
+    shape = parallel_arguments.shape_fields(args)
     if args.model:
-        if args.hidden is not None or args.heads is not None:
+        if args.hidden is not None or args.heads is not None or shape:
             raise UsageError("give --model or --hidden --layers --heads, not both (--layers K with --model "
                              "replays K of its layers)")
         full = preset(args.model, args.seq, args.vocab)
@@ -28,9 +31,10 @@ def model(args) -> Model | None:
             return full
         if not 1 <= args.layers <= full.layers:
             raise UsageError(f"--layers must be between 1 and {full.layers} for --model {args.model}")
-        return dataclasses.replace(full, layers=args.layers)
+        return dataclasses.replace(full, layers=args.layers, dense_layers=min(full.dense_layers, args.layers))
     if all(v is not None for v in dims):
-        return Model(args.hidden, args.layers, args.heads, args.seq or DEFAULT_SEQ, args.vocab or DEFAULT_VOCAB)
+        return Model(args.hidden, args.layers, args.heads, args.seq or DEFAULT_SEQ, args.vocab or DEFAULT_VOCAB,
+                     **shape)
     if args.trace and not any(v is not None for v in dims):
         return None
     raise UsageError("give --model NAME, or all of --hidden --layers --heads, or --trace FILE")
@@ -47,7 +51,8 @@ def workload(args) -> Workload | None:
         return None
     if args.trace:
         raise UsageError("give a model or --trace, not both")
-    w = Workload(chosen, args.scheme, args.dp, args.tp, args.pp, args.micro_batch, args.microbatches, args.dtype)
+    w = Workload(chosen, args.scheme, args.dp, args.tp, args.pp, args.micro_batch, args.microbatches, args.dtype,
+                 **parallel_arguments.workload_fields(args))
     w.validate()
     return w
 
@@ -71,7 +76,7 @@ def backend(args, launcher: str | None) -> str:
 def schedule(args, chosen: Workload | None, ranks: int) -> tuple[list[Call], list[str], Layout]:
     """One rank's calls per iteration, the notes on them, and the layout of ``ranks`` ranks they run on."""
     if chosen is not None:
-        layout = Layout(chosen.tp, chosen.pp, chosen.dp)
+        layout = layout_of(chosen)
         layout.check(ranks)
         return calls(chosen), [], layout
     from microbench.workload.traces import read_traces

@@ -24,7 +24,7 @@ from microbench.measure.loops import PythonLoop
 from microbench.replay.layout import Layout
 from microbench.replay.schedule import Call
 
-CallKey = tuple  #: (collective, group kind, bytes)
+CallKey = tuple  #: ``schedule.Call.key``: (collective, group kind, bytes, split pattern or "")
 MIN_REPS, MAX_REPS = 3, 50
 
 
@@ -44,7 +44,7 @@ class CallLatency:
 
 def overlapped_keys(schedule: list[Call]) -> set[CallKey]:
     """The (collective, group, bytes) the schedule posts non-blocking somewhere."""
-    return {(c.collective, c.group, c.bytes) for c in schedule if c.overlapped}
+    return {c.key for c in schedule if c.overlapped}
 
 
 def distinct_calls(schedule: list[Call]) -> list[Call]:
@@ -53,7 +53,7 @@ def distinct_calls(schedule: list[Call]) -> list[Call]:
     seen: dict[CallKey, Call] = {}
     for c in schedule:
         if not c.is_twin:
-            seen.setdefault((c.collective, c.group, c.bytes), dataclasses.replace(c, overlapped=False))
+            seen.setdefault(c.key, dataclasses.replace(c, overlapped=False))
     return list(seen.values())
 
 
@@ -80,7 +80,7 @@ def measure(issuer, layout: Layout, rank: int, schedule: list[Call], target_s: f
                 isolated = _timed(issuer, call, target_s)
         issuer.barrier()
         concurrent = _timed(issuer, call, target_s)
-        key = (call.collective, call.group, call.bytes)
+        key = call.key
         nonblocking = None
         if key in posted:
             issuer.barrier()

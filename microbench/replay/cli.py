@@ -21,9 +21,10 @@ from microbench.cluster import launch
 from microbench.replay import arguments
 from microbench.replay.compare import THRESHOLD
 from microbench.units import positive_number
+from microbench.workload import parallel_arguments
 from microbench.workload.cli import add_parallel_arguments, add_trace_arguments
 from microbench.workload.distribution import SCHEMES
-from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS
+from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, MODEL_NAMES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,7 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_model(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and layout (as microbench workload)")
-    g.add_argument("--model", choices=list(PRESETS), help="a GPT-NeoX configuration of the paper")
+    g.add_argument("--model", choices=list(MODEL_NAMES),
+                   help="a GPT-NeoX configuration of the paper, or a published shape (llama3-8b, llama3-70b, "
+                        "mixtral-8x7b, deepseek-v3)")
     g.add_argument("--hidden", type=int, metavar="H", help="hidden size h (with --layers --heads, no --model)")
     g.add_argument("--layers", type=int, metavar="L",
                    help="transformer layers L; with --model, replay only L of its layers (the per-layer "
@@ -47,6 +50,8 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab", type=int, metavar="V", help=f"vocabulary V (default {DEFAULT_VOCAB})")
     g.add_argument("--scheme", choices=SCHEMES, default="ddp", help="how the model is trained (default ddp)")
     add_parallel_arguments(g)
+    parallel_arguments.add_shape_arguments(p.add_argument_group("a custom Llama-style or mixture-of-experts model"))
+    parallel_arguments.add_parallel_arguments(p.add_argument_group("expert and context parallelism (moe, cp)"))
 
 
 def _add_compute_and_prediction(p: argparse.ArgumentParser) -> None:

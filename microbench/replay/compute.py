@@ -20,8 +20,9 @@ from microbench.workload.distribution import Workload
 
 def iteration_compute_s(workload: Workload, tflops: float) -> float:
     """Seconds of compute per iteration of one device at ``tflops`` achieved TFLOP/s."""
-    tokens = workload.micro_batch * workload.model.seq * workload.microbatches
-    return 6 * workload.params * tokens / (workload.tp * workload.pp) / (tflops * 1e12)
+    from microbench.workload.compute import flops_per_device  # issue 42: active parameters, / cp
+
+    return flops_per_device(workload) / (tflops * 1e12)
 
 
 class SliceKernel:

@@ -11,7 +11,10 @@ group's first rank, reductions sum.
 
 The pipeline's send is no benchmark: a stage sends to the next stage and receives from the previous one in forward,
 the other way in backward, as one ``shift``, the backends' point-to-point primitive beside ping-pong and stream.
-Its recv twin is that shift's receive side and issues nothing.
+Its recv twin is that shift's receive side and issues nothing. A context-parallel ring's send (issue 42) is the
+same shift around the ring of the cp group, wrapping at its ends (TransformerEngine's ring attention: forward to the
+next rank, backward to the previous). An all-to-all-v goes through the alltoallv entry with its call's split
+pattern bound (``table.with_splits``), its ``bytes`` what the busiest rank sends.
 
 Each distinct call is prepared once, before anything is timed: what the timed loops call is pre-bound.
 """
@@ -24,7 +27,8 @@ from typing import Any, Callable, Iterable
 
 from microbench.benchmarks.base import Buffers, Context
 from microbench.benchmarks.dtypes import DTYPES
-from microbench.benchmarks.table import COLLECTIVES, Collective, posted_twin
+from microbench.benchmarks.splits import UNIFORM
+from microbench.benchmarks.table import COLLECTIVES, Collective, posted_twin, with_splits
 from microbench.benchmarks.workload_sizes import BENCHMARK_FOR
 from microbench.errors import UsageError
 from microbench.measure.backends.nonblocking import NonBlocking
@@ -55,13 +59,17 @@ class Issued:
 
 
 def entry_for(call: Call) -> Collective:
-    """The table's entry that issues ``call``: its benchmark, or that benchmark's non-blocking twin when posted."""
+    """The table's entry that issues ``call``: its benchmark, or that benchmark's non-blocking twin when posted; an
+    all-to-all-v's with the call's split pattern bound."""
     try:
         blocking = COLLECTIVES[BENCHMARK_FOR[call.collective]]
-        return posted_twin(blocking) if call.overlapped else blocking
+        entry = posted_twin(blocking) if call.overlapped else blocking
     except KeyError:
         how = "posted non-blocking" if call.overlapped else "blocking"
         raise UsageError(f"cannot replay {call.collective} {how}: the benchmark table has no entry for it") from None
+    if entry.splits is None:
+        return entry
+    return with_splits(entry, call.splits or UNIFORM, DTYPES[entry.default_dtype].itemsize)
 
 
 class _ThroughTheTable:
@@ -114,6 +122,23 @@ class _PipelineShift:
                       backend.shift(buffers.send, buffers.recv, dest, source))
 
 
+class _RingShift:
+    """A context-parallel ring's send: one shift around the cp group, wrapping at its ends (forward: to the next
+    rank, backward: to the previous, as TransformerEngine's ring attention passes K, V and dK, dV)."""
+
+    def sides(self, call: Call, backend) -> tuple[int, int]:
+        return max(call.bytes, 1), max(call.bytes, 1)
+
+    def prepare(self, call: Call, backend, pool) -> Issued:
+        rank, ranks = backend.rank, backend.size
+        after, before = (rank + 1) % ranks, (rank - 1) % ranks
+        dest, source = (before, after) if call.phase == "backward" else (after, before)
+        count = max(call.bytes, 1)
+        buffers = pool.buffers(count, count, BYTE)
+        return Issued(SHIFT, ranks, count, count, False, buffers,
+                      backend.shift(buffers.send, buffers.recv, dest, source))
+
+
 class _ReceiveTwin:
     """A pipeline recv: the receive side of its send's shift; issues nothing."""
 
@@ -128,9 +153,13 @@ class _ReceiveTwin:
 #: recv to latency, a ping-pong; a pipeline stage shifts); every other collective goes through the table
 PIPELINE = {"send": _PipelineShift(), **dict.fromkeys(RECEIVE_TWINS, _ReceiveTwin())}
 _TABLE = _ThroughTheTable()
+_RING = _RingShift()
+RING_GROUPS = ("cp",)  #: groups whose send is a ring's (issue 42)
 
 
 def _how(call: Call):
+    if call.collective == "send" and call.group in RING_GROUPS:
+        return _RING
     return PIPELINE.get(call.collective, _TABLE)
 
 

@@ -20,7 +20,7 @@ from microbench.measure.clock import now_ns, seconds
 from microbench.replay.dispatch import Issued
 from microbench.replay.schedule import Call, Compute, Step, segment_of
 
-CallKey = tuple  #: (collective, group kind, bytes)
+CallKey = tuple  #: ``schedule.Call.key``: (collective, group kind, bytes, split pattern or "")
 
 _COMPUTE, _CALL, _POST, _WAIT = range(4)  #: the operations of an iteration
 
@@ -147,7 +147,7 @@ class Executor:
                 ns += spent[wait_slot] / sharing
             s = seconds(ns)
             for table, key in ((times.per_collective_s, call.collective), (times.per_group_s, call.group),
-                               (times.per_call_s, (call.collective, call.group, call.bytes))):
+                               (times.per_call_s, call.key)):
                 table[key] = table.get(key, 0.0) + s
         return times
 
@@ -155,7 +155,7 @@ class Executor:
         """Per (collective, group, bytes): what an iteration issues (the calls its operations run)."""
         out: dict[CallKey, IssuedCalls] = {}
         for call in self.slots:
-            key, prepared = (call.collective, call.group, call.bytes), self._issued(call)
+            key, prepared = call.key, self._issued(call)
             if key not in out:
                 out[key] = IssuedCalls(0, set(), prepared.group_ranks, prepared.send_bytes, prepared.recv_bytes,
                                        prepared.in_place)

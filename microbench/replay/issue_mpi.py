@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from microbench.measure.backends.mpi import MPIBackend
 from microbench.replay.dispatch import Dispatcher
-from microbench.replay.layout import KINDS, Layout
+from microbench.replay.layout import Layout
 from microbench.replay.pool import HostPool
 from microbench.replay.schedule import Call
 
 
 class MpiIssuer:
-    """This rank's TP, PP and DP communicators (collective to build: every rank) and its calls on them."""
+    """This rank's communicators of every kind its layout uses (TP, PP, DP; CP with context parallelism, the expert
+    groups with expert parallelism; collective to build: every rank) and its calls on them."""
 
     backend = "mpi"
 
     def __init__(self, MPI, world_comm, layout: Layout, rank: int, schedule: list[Call]):
         self.MPI, self.world = MPI, world_comm
         self.comms = {kind: world_comm.Split(layout.groups(kind).index(layout.group_of(rank, kind)), rank)
-                      for kind in KINDS}
+                      for kind in layout.kinds}
         #: the dispatcher: ``issued(call)`` is the call prepared on its group's communicator
         self.issued = Dispatcher({kind: MPIBackend(comm, MPI) for kind, comm in self.comms.items()}, schedule,
                                  HostPool)

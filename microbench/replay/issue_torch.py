@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from microbench.errors import UsageError
 from microbench.replay.dispatch import Dispatcher
-from microbench.replay.layout import KINDS, Layout
+from microbench.replay.layout import Layout
 from microbench.replay.pool import TensorPool
 from microbench.replay.schedule import Call
 
@@ -40,7 +40,7 @@ class TorchIssuer:
                                              bcast=lambda obj: world.reducer.bcast(obj, root=0))
         options = torch_runtime.group_options(self.name, index, dist.new_group)
         groups, self.control = {}, {}
-        for kind in KINDS:
+        for kind in layout.kinds:
             for ranks in layout.groups(kind):
                 group = dist.new_group(ranks=list(ranks), backend=self.name, **options)
                 control = dist.new_group(ranks=list(ranks), backend="gloo")

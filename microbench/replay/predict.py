@@ -4,7 +4,8 @@ Pricing a call (``Pricer``): by default the same launch's isolated latency of th
 (``replay/calibrate.py``: one group of the kind at a time, as a sweep measures a curve); with ``--results``
 the curve of the mapped benchmark (``workload/weighting.py``: log-log interpolation between measured sizes,
 flat below the smallest, bandwidth held above the largest, both flagged) at the group's size, or the nearest
-group size measured. A ``recv`` twin costs nothing (its send carries the transfer).
+group size measured; an all-to-all-v on the alltoallv curve of its split pattern (the uniform split's, noted,
+when that split was not measured). A ``recv`` twin costs nothing (its send carries the transfer).
 
 Predicted iteration (``PREDICTION_RULE``): per compute segment, its compute + its blocking calls + what its
 overlapped calls take beyond its compute (max(0, overlapped - compute)); without compute every call is
@@ -20,7 +21,7 @@ from microbench.benchmarks.workload_sizes import BENCHMARK_FOR
 from microbench.replay.calibrate import CallLatency
 from microbench.replay.layout import Layout
 from microbench.replay.schedule import Call, Compute, Step, segment_of
-from microbench.workload.weighting import Curve, choose_curve
+from microbench.workload.weighting import Curve, choose_curve, curve_name
 
 PREDICTION_RULE = ("predicted: each call at its curve's latency (recv twins free); per compute segment, compute + "
                    "blocking calls + max(0, overlapped calls - compute); without compute every call serial; "
@@ -44,7 +45,7 @@ def from_latencies(latencies: dict[tuple, CallLatency]) -> Pricer:
     def price(call: Call) -> Price:
         if call.is_twin:
             return Price(0.0, "same launch")
-        found = latencies.get((call.collective, call.group, call.bytes))
+        found = latencies.get(call.key)
         return Price(found.isolated_s, "same launch") if found else Price(0.0, "no curve")
     return price
 
@@ -53,13 +54,17 @@ def from_curves(curves: dict[tuple[str, int], Curve], layout: Layout) -> tuple[P
     """Each call on the measured curve of its benchmark at its group's size (the nearest size measured when
     that one was not); the set fills, as calls are priced, with notes on curves that stood in for another
     group size or were missing."""
-    sizes = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp}
     notes: set[str] = set()
 
     def price(call: Call) -> Price:
         if call.is_twin:
             return Price(0.0, "measured")
-        bench, ranks = BENCHMARK_FOR[call.collective], sizes[call.group]
+        bench, ranks = BENCHMARK_FOR[call.collective], layout.size(call.group)
+        if call.splits is not None:  # an all-to-all-v: the curve of its split, else the uniform split's (noted)
+            bench = curve_name(bench, call.splits.text)
+            if not [c for (b, _), c in curves.items() if b == bench]:
+                notes.add(f"{bench}: no curve of that split; priced on the uniform split's")
+                bench = curve_name(BENCHMARK_FOR[call.collective], "uniform")
         curve = choose_curve(curves, bench, ranks)
         if curve is None:
             notes.add(f"{call.collective}: no {bench} curve in the results: its calls are not priced")
@@ -103,7 +108,7 @@ def predict(steps: list[Step], price: Pricer) -> Prediction:
         seg[2 if step.overlapped else 1] += p.seconds
         out.communication_s += p.seconds
         for table, key in ((out.per_collective_s, step.collective), (out.per_group_s, step.group),
-                           (out.per_call_s, (step.collective, step.group, step.bytes))):
+                           (out.per_call_s, step.key)):
             table[key] = table.get(key, 0.0) + p.seconds
         if not step.is_twin:
             out.priced[p.how] = out.priced.get(p.how, 0) + 1

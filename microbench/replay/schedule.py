@@ -3,8 +3,10 @@
 Built from the workload model (``microbench.workload.schemes.build``): the setup phase is left out, each
 message is repeated ``count`` times (rounded half up to whole calls) in phase order. Data-parallel schemes issue
 everything on the data-parallel group; Megatron-LM schemes issue send/recv on the pipeline group,
-the gradient allreduces on the data-parallel group and the rest on the tensor-parallel group. Pipeline
-send/recv counts are summed over the p stages in the model (Eq. 4), so one rank's share is count / p.
+the gradient allreduces on the data-parallel group and the rest on the tensor-parallel group; the Megatron-Core
+schemes (moe, cp) name each message's group (its ``dimension``: tp, cp, ep, etp, tp_ep, dp, dp_cp, edp, pp).
+Pipeline send/recv counts are summed over the p stages in the model (Eq. 4), so one rank's share is count / p;
+a context-parallel ring's send/recv are per rank already. An all-to-all-v carries its split pattern.
 Within a phase the model lists calls by size, not in the framework's order (its totals are unaffected).
 """
 
@@ -13,25 +15,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from microbench.benchmarks.splits import SplitPattern
+from microbench.benchmarks.splits import parse as parse_split
 from microbench.errors import UsageError
+from microbench.replay.layout import Layout
 from microbench.workload.distribution import DATA_PARALLEL_SCHEMES, Workload
+from microbench.workload.moe import transposed
 from microbench.workload.schemes import build
 
 #: (scheme, phase, collective) -> posted non-blocking and waited later, as the framework overlaps it.
-OVERLAP_RULE = ("overlapped (posted non-blocking, waited at the end of their compute segment): DDP and Megatron-LM "
-                "gradient allreduces (with backward), ZeRO-3's forward and backward allgathers (prefetch); all else "
-                "blocking")
+OVERLAP_RULE = ("overlapped (posted non-blocking, waited at the end of their compute segment): DDP, Megatron-LM and "
+                "Megatron-Core gradient allreduces (with backward; the experts' too), ZeRO-3's and FSDP2's forward "
+                "and backward allgathers (prefetch); all else blocking (a context-parallel ring's send/recv too, "
+                "which TransformerEngine overlaps with the previous step's attention)")
 
 #: Compute segments: which phases' calls run during the forward compute, during the backward compute, or after it.
 SEGMENT_OF_PHASE = {"forward": "forward", "embedding": "forward", "lm_head": "forward", "loss": "forward",
                     "recompute": "backward", "backward": "backward", "backward_regather": "backward",
-                    "gradients": "backward", "optimizer": "optimizer", "trace": "trace"}
+                    "gradients": "backward", "expert_gradients": "backward", "optimizer": "optimizer",
+                    "trace": "trace"}
 
 #: Share of an iteration's compute in each segment: backward costs twice the forward (6 = 2 + 4 FLOP per
 #: parameter and token); the optimizer step and a trace's single segment carry none and all of it.
 COMPUTE_SHARE = {"forward": 1 / 3, "backward": 2 / 3, "optimizer": 0.0, "trace": 1.0}
 
-COMPUTE_RULE = ("compute per iteration = 6 x params x tokens / (t x p) FLOP at --tflops; forward segment 1/3, "
+COMPUTE_RULE = ("compute per iteration = 6 x params x tokens / (t x p x cp) FLOP at --tflops (a mixture of experts: "
+                "its active parameters); forward segment 1/3, "
                 "backward (with the gradient calls) 2/3, optimizer none; a segment's compute is split into equal "
                 "slices between its calls (k calls: k + 1 slices), run by the calibrated host kernel")
 
@@ -43,18 +52,25 @@ RECEIVE_TWINS = frozenset({"recv"})
 
 @dataclass(frozen=True)
 class Call:
-    """One collective call of one rank: ``bytes`` as ``Message.bytes``, on the group of kind ``group``."""
+    """One collective call of one rank: ``bytes`` as ``Message.bytes``, on the group of kind ``group``; an
+    all-to-all-v's ``splits`` (issue 42)."""
 
     collective: str
     bytes: int
     group: str
     phase: str
     overlapped: bool
+    splits: SplitPattern | None = None
 
     @property
     def is_twin(self) -> bool:
         """A receive twin (``RECEIVE_TWINS``): its send's shift carries it."""
         return self.collective in RECEIVE_TWINS
+
+    @property
+    def key(self) -> tuple:
+        """What tells distinct calls apart in the figures: (collective, group, bytes, split pattern or "")."""
+        return (self.collective, self.group, self.bytes, self.splits.text if self.splits else "")
 
 
 @dataclass(frozen=True)
@@ -73,35 +89,57 @@ def segment_of(phase: str) -> str:
     return SEGMENT_OF_PHASE.get(phase, phase)
 
 
-def _group(workload: Workload, collective: str, phase: str) -> str:
+def _group(workload: Workload, message) -> str:
+    if message.dimension is not None:
+        return message.dimension
     if workload.scheme in DATA_PARALLEL_SCHEMES:
         return "dp"
-    if collective in ("send", "recv"):
+    if message.collective in ("send", "recv"):
         return "pp"
-    return "dp" if phase == "gradients" else "tp"
+    return "dp" if message.phase == "gradients" else "tp"
 
 
 def _overlapped(workload: Workload, collective: str, phase: str) -> bool:
-    if workload.scheme == "zero3":
+    if workload.scheme in ("zero3", "fsdp2"):  # prefetched parameter gathers
         return collective == "allgather" and phase in ("forward", "backward")
-    return collective == "allreduce" and phase == "gradients"
+    return collective == "allreduce" and phase in ("gradients", "expert_gradients")
+
+
+def layout_of(workload: Workload) -> Layout:
+    """The layout a workload runs on (Megatron-Core's order with its cp, ep and etp)."""
+    experts = bool(workload.model.experts) and workload.scheme in ("moe", "cp")
+    return Layout(workload.tp, workload.pp, workload.dp, workload.cp, workload.ep,
+                  workload.expert_tp if experts else 1, experts)
+
+
+def _patterns(workload: Workload) -> dict[str, SplitPattern]:
+    """The split patterns a workload's all-to-all-v name, by their text: its routing and the transpose."""
+    routing = workload.routing
+    flipped = SplitPattern(routing.kind, routing.parameter, routing.rows, routing.name, not routing.transposed)
+    assert flipped.text == transposed(routing.text)
+    return {routing.text: routing, flipped.text: flipped}
 
 
 def calls(workload: Workload) -> list[Call]:
     """The calls one rank issues in one iteration, in phase order (setup excluded)."""
     out: list[Call] = []
-    sizes = {"dp": workload.dp, "tp": workload.tp, "pp": workload.pp}
+    layout = layout_of(workload)
+    patterns = _patterns(workload)
     for m in build(workload).messages:
         if m.phase == "setup":
             continue
-        group = _group(workload, m.collective, m.phase)
-        if m.group_size is not None and m.group_size != sizes[group]:
+        group = _group(workload, m)
+        pipeline = group == "pp" and m.collective in ("send", "recv")
+        if group not in layout.kinds:
             raise UsageError(f"--scheme {workload.scheme}: {m.collective} of {m.bytes} B in the {m.phase} phase runs "
-                             f"in groups of {m.group_size}, not on the {group} group of {sizes[group]} ranks: the "
-                             "replay builds only the tp, pp and dp groups")
-        count = m.count / workload.pp if m.collective in ("send", "recv") else m.count
-        out += [Call(m.collective, m.bytes, group, m.phase,
-                     _overlapped(workload, m.collective, m.phase))] * int(count + 0.5)
+                             f"on the {group} group, which this layout does not build")
+        # a pipeline send/recv pairs two stages (group size 2) of the pp group, whatever its size
+        if m.group_size is not None and not pipeline and m.group_size != layout.size(group):
+            raise UsageError(f"--scheme {workload.scheme}: {m.collective} of {m.bytes} B in the {m.phase} phase runs "
+                             f"in groups of {m.group_size}, not on the {group} group of {layout.size(group)} ranks")
+        count = m.count / workload.pp if pipeline else m.count
+        out += [Call(m.collective, m.bytes, group, m.phase, _overlapped(workload, m.collective, m.phase),
+                     patterns[m.splits] if m.splits else None)] * int(count + 0.5)
     return out
 
 
@@ -151,7 +189,8 @@ def from_messages(messages, world: int) -> tuple[list[Call], list[str]]:
         repeat = int(m.count + 0.5)
         if m.group_size not in (None, world):
             other[m.group_size] = other.get(m.group_size, 0) + repeat
-        out += [Call(m.collective, m.bytes, "dp", "trace", False)] * repeat
+        split = parse_split(m.splits) if m.splits else None  # a traced all-to-all-v's pattern
+        out += [Call(m.collective, m.bytes, "dp", "trace", False, split)] * repeat
     notes = ["a trace's calls are replayed blocking, grouped by collective and size, on one communicator of all "
              "ranks (the tallied trace keeps no call order, overlap or group membership)"]
     if p2p:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from microbench.replay import calibrate, predict
 from microbench.replay.compare import comparison
 from microbench.replay.execute import IssuedCalls, IterationTimes
-from microbench.replay.layout import KINDS, Layout
+from microbench.replay.layout import Layout
 from microbench.replay.schedule import OVERLAP_RULE, Call
 from microbench.workload.distribution import Workload
-from microbench.workload.model import PRESETS
+from microbench.workload.model import preset
 
 MEASURE_RULES = [
     "wall: per timed iteration the slowest rank's wall time, median over timed iterations",
@@ -71,14 +71,15 @@ def measured(issuer, workload: Workload | None, schedule: list[Call], t: Timings
 
 def _per_call(issuer, schedule: list[Call], t: Timings, issued: dict[tuple, IssuedCalls]) -> list[dict]:
     """One row per (collective, group, bytes): its calls in the schedule, what was issued for them, its times."""
-    keys = sorted({(c.collective, c.group, c.bytes) for c in schedule})
-    counts = {k: sum(1 for c in schedule if (c.collective, c.group, c.bytes) == k) for k in keys}
-    overlapped = {(c.collective, c.group, c.bytes) for c in schedule if c.overlapped}
+    keys = sorted({c.key for c in schedule})
+    counts = {k: sum(1 for c in schedule if c.key == k) for k in keys}
+    overlapped = {c.key for c in schedule if c.overlapped}
     rows = []
     for key in keys:
         lat, what = t.latencies.get(key), issued.get(key)
         rows.append({
             "collective": key[0], "group": key[1], "bytes": key[2], "calls": counts[key],
+            **({"splits": key[3]} if key[3] else {}),
             "overlapped": key in overlapped,
             "issued": int(issuer.world_max(what.calls if what else 0)),
             "issued_as": sorted(what.entries) if what else [],
@@ -96,10 +97,13 @@ def _per_call(issuer, schedule: list[Call], t: Timings, issued: dict[tuple, Issu
 def _workload(workload: Workload | None) -> dict | None:
     if workload is None:
         return None
-    return {"model": workload.model.describe(), "scheme": workload.scheme, "layers_replayed": workload.model.layers,
-            "model_layers": PRESETS[workload.model.name][0] if workload.model.name else workload.model.layers,
+    m = workload.model
+    return {"model": m.describe(), "scheme": workload.scheme, "layers_replayed": m.layers,
+            "model_layers": preset(m.name).layers if m.name else m.layers,
             "dp": workload.dp, "tp": workload.tp, "pp": workload.pp, "dtype": workload.dtype,
-            "micro_batch": workload.micro_batch, "microbatches": workload.microbatches}
+            "micro_batch": workload.micro_batch, "microbatches": workload.microbatches,
+            **({"cp": workload.cp, "ep": workload.ep} if workload.scheme in ("moe", "cp") else {}),
+            **({"experts": m.experts, "top_k": m.top_k, "routing": workload.routing.text} if m.experts else {})}
 
 
 def predicted(issuer, p: predict.Prediction) -> dict:
@@ -123,7 +127,7 @@ def prediction(figures: dict, curves, args) -> dict:
 def context(schedule: list[Call], layout: Layout, hosts, compute: bool) -> dict:
     """What the comparison's attributions need to know about the launch (``compare.comparison``)."""
     return {"overlapped_groups": sorted({c.group for c in schedule if c.overlapped}),
-            "group_counts": {k: len(layout.groups(k)) for k in KINDS},
+            "group_counts": {k: len(layout.groups(k)) for k in layout.kinds},
             "groups": sorted({c.group for c in schedule}), "compute": compute,
             "ranks_per_host": max(hosts.ranks_per_host.values()),
             "cores": os.cpu_count() or 1}  # the host's, not this rank's binding

@@ -13,7 +13,8 @@ def as_text(s: dict) -> str:
     if w:
         part = (f" ({w['layers_replayed']} of its {w['model_layers']} layers replayed)"
                 if w["layers_replayed"] != w["model_layers"] else "")
-        head = (f"replay: {w['model']}{part}, scheme {w['scheme']} (dp {w['dp']}, tp {w['tp']}, pp {w['pp']}, "
+        extra = "".join(f", {k} {w[k]}" for k in ("cp", "ep", "routing") if k in w)  # issue 42
+        head = (f"replay: {w['model']}{part}, scheme {w['scheme']} (dp {w['dp']}, tp {w['tp']}, pp {w['pp']}{extra}, "
                 f"{w['dtype']}), backend {s['backend']}")
     else:
         head = f"replay: trace, backend {s['backend']}"

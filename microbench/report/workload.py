@@ -189,7 +189,7 @@ def _collectives(wt: dict) -> str:
 
 def _messages(wt: dict) -> str:
     rows = [[esc(m.get("phase")), esc(m.get("collective")), esc(m.get("bytes")), esc(m.get("group_size") or "?"),
-             esc(f"{m.get('count'):g}"), esc(f"{m.get('benchmark')} @ {m.get('measured_ranks')} ranks"),
+             esc(f"{m.get('count'):g}"), esc(f"{m.get('curve') or m.get('benchmark')} @ {m.get('measured_ranks')} ranks"),
              esc(num(m.get("latency_us"))), esc(m.get("how")), esc(num(m.get("time_us"), 6))]
             for m in wt.get("messages") or []]
     return table(["phase", "collective", "bytes", "group", "count", "priced on", "latency (us)", "how", "time (us)"],

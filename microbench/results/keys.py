@@ -10,7 +10,8 @@ timed in isolation), and, where a record has them, torch_backend, device and buf
 link test (benchmark ``pairs``) its ``metric`` (latency or bandwidth matrix) and ``schedule`` (round-robin
 pairs measured at once, or serial: one pair at a time, without interference), and for MPI results the MPI
 function called (``mpi_call``: MPI_Reduce_scatter_block and MPI_Reduce_scatter differ by 2.5x at 16 MiB on
-Open MPI 5.0.11).
+Open MPI 5.0.11), and for all-to-all-v its split pattern (``splits``: uniform and skewed splits of one size are
+different configurations).
 
 Fields a record lacks count as None, so records written before a field existed still compare with
 each other; ``call_path`` and ``mpi_call`` are the exceptions, derived for such records (``call_path`` from
@@ -47,6 +48,7 @@ OPTION_FIELDS: dict[str, type] = {
     "metric": str,
     "schedule": str,
     "mpi_call": str,
+    "splits": str,  # issue 42: an all-to-all-v's split pattern (uniform, zipf:S, hot:K, file:NAME#DIGEST)
 }
 
 KEY_FIELDS = BASE_FIELDS + tuple(OPTION_FIELDS)

@@ -1,8 +1,9 @@
 """Measure benchmarks over a message-size sweep (OMB-style options).
 
 Benchmarks: allreduce, allgather, reduce_scatter, broadcast, latency, bw (the default six), and
-reduce, alltoall, bibw, and the non-blocking iallreduce, iallgather, ireduce_scatter, ibroadcast, ireduce,
-ialltoall (t_pure and its overlap with compute, docs/overlap.md); 'all' runs every one. 'pairs' is the
+reduce, alltoall, bibw, alltoallv (unequal splits: --splits), and the non-blocking iallreduce, iallgather,
+ireduce_scatter, ibroadcast, ireduce, ialltoall, ialltoallv (t_pure and its overlap with compute,
+docs/overlap.md); 'all' runs every one. 'pairs' is the
 pairwise link test: latency and bandwidth
 between every pair of hosts (of ranks, on one host), scheduled as a round-robin tournament. 'bisect' finds
 the node that slows a collective in O(log N) rounds (docs/diagnostics.md). Under mpiexec,
@@ -10,8 +11,9 @@ srun or torchrun the ranks the launcher started are used; alone, --np N starts N
 mpiexec of the installed MPI.
 
 Sizes are bytes per rank as docs/definitions.md defines them (allgather/alltoall: each rank's block;
-reduce_scatter: each rank's input). Latency is in microseconds, bandwidth in GB/s (1e9 B/s):
-algbw = S / avg latency and busbw = algbw x factor, as nccl-tests defines S and the factor.
+reduce_scatter: each rank's input; alltoallv: what the busiest rank sends in all). Latency is in
+microseconds, bandwidth in GB/s (1e9 B/s): algbw = S / avg latency and busbw = algbw x factor, as nccl-tests
+defines S and the factor.
 """
 
 from __future__ import annotations
@@ -112,6 +114,11 @@ def _add_measured(p: argparse.ArgumentParser) -> None:
                    help="validate received data after every timed iteration (untimed); exit 1 if any size fails")
     g.add_argument("--in-place", action="store_true", help="in-place allreduce, allgather, reduce_scatter")
     g.add_argument("--root", type=int, default=0, metavar="RANK", help="root of broadcast and reduce (default 0)")
+    g.add_argument("--splits", metavar="PATTERN",
+                   help="alltoallv's split over destinations: uniform (default), zipf:S (destination j weighs "
+                        "1/(j+1)^S), hot:K (destination 0 weighs K, the others 1) or file:PATH (a histogram over "
+                        "experts, or an n x n matrix of weights); /T after any: transposed (a MoE combine); "
+                        "docs/definitions.md")
     g.add_argument("-W", "--window", type=int, default=64, metavar="N",
                    help="messages in flight per iteration for bw and bibw (default 64, as osu_bw)")
     g.add_argument("--sync", choices=("none", "barrier"), default="none",

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from microbench.benchmarks.table import COLLECTIVES, Collective
+from microbench.benchmarks.table import Collective
 from microbench.cluster import agree, launch
 from microbench.cluster import facts
 from microbench.cluster.nodes import NodePlane
@@ -22,7 +22,7 @@ from microbench.errors import RunError, UsageError
 from microbench.measure.device import DeviceChoice
 from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport, open_transport, select_device
-from microbench.options import RunOptions
+from microbench.options import RunOptions, collective_for
 from microbench.run import peaks as run_peaks
 from microbench.run import preflight, sweep
 from microbench.run import watchdog
@@ -97,7 +97,7 @@ def _measure(rc: RunContext, pairs_plan: "pairs.Plan | None", bisect_plan: "bise
     """Collective: every benchmark's sweep, then the pairwise test and the bisection; what failed its check."""
     failed = []
     for name in rc.opts.benchmarks:
-        failed += [f"{name} {size}" for size in run_benchmark(rc, COLLECTIVES[name])]
+        failed += [f"{name} {size}" for size in run_benchmark(rc, collective_for(rc.opts, name))]
     if pairs_plan is not None:
         from microbench.run.diagnostics import pairs
 

@@ -18,7 +18,7 @@ from microbench.benchmarks.table import COLLECTIVES, Collective, pair_metric_ben
 from microbench.cluster import agree, facts
 from microbench.errors import RunError, UsageError, printable
 from microbench.measure.cache import cache_bytes_for, plan_pool
-from microbench.options import RunOptions, SizePlan, dtype_for, plan_size
+from microbench.options import RunOptions, SizePlan, collective_for, dtype_for, plan_size
 from microbench.units import format_bytes, format_size
 
 MEMORY_HEADROOM = 0.9  #: use at most this share of the available memory
@@ -89,7 +89,7 @@ def check_memory(opts: RunOptions, nranks: int, space: MemorySpace | None,
     if space is None:
         return
     in_place_for = in_place_for or (lambda coll: opts.in_place)
-    sweeps = [(COLLECTIVES[name], name, opts.sizes_for(name)) for name in opts.benchmarks]
+    sweeps = [(collective_for(opts, name), name, opts.sizes_for(name)) for name in opts.benchmarks]
     if opts.pairs:
         sweeps.append((pair_metric_benchmark("bandwidth"), "pairs", [opts.pair_sizes[1]]))
     worst = None
@@ -117,7 +117,9 @@ def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int, transpor
     Device runs size their host copies against the GPU's cache, which only the ranks know (``transport``): the
     ``--np`` parent leaves their host memory to the ranks."""
     for name in opts.benchmarks:
-        coll = COLLECTIVES[name]
+        coll = collective_for(opts, name)
+        if coll.splits is not None:
+            coll.splits.check_ranks(nranks)
         if nranks < coll.min_ranks:
             raise UsageError(f"{name} needs at least {coll.min_ranks} ranks (this run has {nranks}); "
                              f"start it with --np {coll.min_ranks} or under mpiexec/srun")

@@ -13,6 +13,7 @@ into calls), or of a real trace, and what they cost on measured curves.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from fractions import Fraction
 
 from microbench.benchmarks.workload_sizes import MAPPING_RULE
@@ -21,9 +22,16 @@ from microbench.records.jsonout import dump_strict
 from microbench.workload import tables
 from microbench.workload.compute import RULE as COMPUTE_RULE
 from microbench.workload.compute import compute_vs_communication, per_device_communication_us
-from microbench.workload.distribution import SCHEMES, TRAINING_DTYPES, Workload, parallel_dimension
+from microbench.workload.distribution import (
+    MEGATRON_CORE_SCHEMES,
+    SCHEMES,
+    TRAINING_DTYPES,
+    Workload,
+    parallel_dimension,
+)
 from microbench.workload.messages import WIRE_RULES, total_wire
-from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, PRESETS, Model, preset
+from microbench.workload import parallel_arguments
+from microbench.workload.model import DEFAULT_SEQ, DEFAULT_VOCAB, MODEL_NAMES, Model, preset
 from microbench.workload.overlap_pricing import METHOD as OVERLAP_METHOD
 from microbench.workload.overlap_pricing import apply_overlap, overlap_curves
 from microbench.workload.schemes import build
@@ -78,18 +86,22 @@ def add_trace_arguments(g) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (Eq. 1)")
-    g.add_argument("--model", choices=list(PRESETS), help="a GPT-NeoX configuration of the paper")
+    g.add_argument("--model", choices=list(MODEL_NAMES),
+                   help="a GPT-NeoX configuration of the paper, or a published shape (llama3-8b, llama3-70b, "
+                        "mixtral-8x7b, deepseek-v3; docs/workload.md cites each)")
     g.add_argument("--hidden", type=int, metavar="H", help="hidden size h (with --layers --heads, no --model)")
     g.add_argument("--layers", type=int, metavar="L", help="transformer layers L")
     g.add_argument("--heads", type=int, metavar="A", help="attention heads a")
     g.add_argument("--seq", type=_positive_ints, metavar="S[,S...]",
                    help="sequence length s (default 2048); several values sweep it")
     g.add_argument("--vocab", type=int, metavar="V", help="vocabulary V (default 50304)")
+    parallel_arguments.add_shape_arguments(p.add_argument_group("a custom Llama-style or mixture-of-experts model"))
     g = p.add_argument_group("training")
     g.add_argument("--scheme", choices=SCHEMES, help="how the model is trained (default ddp)")
     add_parallel_arguments(g)
     g.add_argument("--node-size", type=int, default=8, metavar="K",
                    help="ranks per node, for ZeRO++'s hpZ and qgZ groups (default 8)")
+    parallel_arguments.add_parallel_arguments(p.add_argument_group("expert and context parallelism (moe, cp)"))
     add_trace_arguments(p.add_argument_group("trace (instead of a scheme)"))
     g = p.add_argument_group("cost on measured curves")
     g.add_argument("--results", nargs="+", metavar="RUN.jsonl", help="records of microbench run --out")
@@ -116,18 +128,20 @@ def _check_shape(args) -> None:
             raise UsageError(f"--{name.replace('_', '-')} {value} is beyond {bound}, the most workload models")
     if args.seq and max(args.seq) > MAX_SEQ:
         raise UsageError(f"--seq {max(args.seq)} is beyond {MAX_SEQ}, the most workload models")
+    parallel_arguments.check_bounds(args)
 
 
 def _model(args) -> Model | None:
     dims = {k: getattr(args, k) for k in ("hidden", "layers", "heads")}
     seq = args.seq[0] if args.seq else None
+    shape = parallel_arguments.shape_fields(args)
     if args.model:
-        if any(v is not None for v in dims.values()):
-            raise UsageError("give --model or --hidden --layers --heads, not both")
+        if any(v is not None for v in dims.values()) or shape:
+            raise UsageError("give --model or --hidden --layers --heads (and the shape options), not both")
         return preset(args.model, seq, args.vocab)
     if all(v is not None for v in dims.values()):
         return Model(dims["hidden"], dims["layers"], dims["heads"], DEFAULT_SEQ if seq is None else seq,
-                     DEFAULT_VOCAB if args.vocab is None else args.vocab)
+                     DEFAULT_VOCAB if args.vocab is None else args.vocab, **shape)
     if any(v is not None for v in dims.values()) or args.seq or args.vocab is not None:
         raise UsageError("a custom model needs all of --hidden --layers --heads")
     return None
@@ -155,15 +169,24 @@ def _check_combinations(args, model: Model | None) -> None:
 
 def _workload(args, model: Model) -> Workload:
     return Workload(model, args.scheme or "ddp", args.dp, args.tp, args.pp, args.micro_batch, args.microbatches,
-                    args.dtype, args.node_size)
+                    args.dtype, args.node_size, **parallel_arguments.workload_fields(args))
 
 
 def _distribution_json(dist) -> dict:
     w, check = dist.workload, dist.check()
     return {
         "model": {"name": w.model.name, "hidden": w.model.hidden, "layers": w.model.layers,
-                  "heads": w.model.heads, "seq": w.model.seq, "vocab": w.model.vocab},
-        "scheme": w.scheme, "parallel": {"dp": w.dp, "tp": w.tp, "pp": w.pp},
+                  "heads": w.model.heads, "seq": w.model.seq, "vocab": w.model.vocab,
+                  **({"family": w.model.family, "kv_heads": w.model.kv_heads or w.model.heads,
+                      "ffn": w.model.ffn_hidden, "experts": w.model.experts, "top_k": w.model.top_k,
+                      "expert_ffn": w.model.expert_ffn_hidden if w.model.experts else None,
+                      "shared_experts": w.model.shared_experts, "dense_layers": w.model.dense_layers,
+                      "source": w.model.source} if w.model.family != "gpt-neox" else {})},
+        "scheme": w.scheme, "parallel": {"dp": w.dp, "tp": w.tp, "pp": w.pp,
+                                         **({"cp": w.cp, "ep": w.ep, "etp": w.expert_tp, "expert_dp": w.expert_dp,
+                                             "cp_comm": w.cp_comm, "routing": w.routing.text,
+                                             "capacity_factor": w.capacity_factor}
+                                            if w.scheme in MEGATRON_CORE_SCHEMES else {})},
         "micro_batch": w.micro_batch, "microbatches": w.microbatches, "dtype": w.dtype,
         "params": w.params,
         "volume": {"elements": tables.number(dist.volume_elements), "bytes": tables.number(dist.volume_bytes),
@@ -182,7 +205,7 @@ def _distribution_json(dist) -> dict:
 def _sweep(args, model: Model) -> int:
     points = []
     for s in args.seq:
-        dist = build(_workload(args, Model(model.hidden, model.layers, model.heads, s, model.vocab, model.name)))
+        dist = build(_workload(args, dataclasses.replace(model, seq=s)))
         by_collective: dict[str, Fraction] = {}
         by_dimension: dict[str, Fraction] = {}
         for m in dist.messages:

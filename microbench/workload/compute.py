@@ -1,16 +1,26 @@
 """Communication against computation: the predicted compute time of an iteration beside its communication.
 
-Compute per device per iteration = 6 * params * tokens / (t * p) FLOPs (forward and backward of a dense
-transformer; recomputation not counted), tokens = b * s * microbatches of one model replica, at the achieved
-rate given in TFLOP/s per device.
+Compute per device per iteration = 6 * params * tokens / (t * p * cp) FLOPs (forward and backward of a
+transformer; recomputation and attention's own FLOPs not counted), params the ones a token passes through (a
+mixture-of-experts model's active parameters: its top-k experts, not all), tokens = b * s * microbatches of one
+model replica, at the achieved rate given in TFLOP/s per device.
 """
 
 from __future__ import annotations
 
 from microbench.workload.distribution import Workload
+from microbench.workload.model import active_parameter_count
 
-RULE = ("compute time = 6 * params * tokens per device / achieved FLOP/s, tokens per device = b*s*microbatches/(t*p) "
-        "(forward and backward; activation recomputation not counted); communication is one device's: a modelled "
+
+def flops_per_device(w: Workload) -> float:
+    """FLOPs of one device per iteration: 6 x active params x tokens of a replica / (t x p x cp)."""
+    tokens = w.micro_batch * w.model.seq * w.microbatches
+    params = w.params if not w.model.experts else active_parameter_count(w.model)
+    return 6 * params * tokens / (w.tp * w.pp * w.cp)
+
+RULE = ("compute time = 6 * params * tokens per device / achieved FLOP/s, tokens per device = "
+        "b*s*microbatches/(t*p*cp) (forward and backward; activation recomputation not counted; a mixture of experts counts its active "
+        "parameters); communication is one device's: a modelled "
         "workload's pipeline send/recv counts sum the p stages (Eq. 4), so their time is divided by p (the mean "
         "stage); communication share without overlap = comm/(comm+compute), with perfect overlap = "
         "max(0, comm-compute)/max(comm, compute); with measured overlap, exposed = sum of each message's time x (1 - its "
@@ -35,7 +45,7 @@ def compute_vs_communication(w: Workload, comm_us: float, tflops: float, exposed
     in achieved TFLOP/s per device) and communication's share of the iteration; with ``exposed_us`` (the
     communication the measured overlap leaves exposed, us) also that estimate beside the two bounds."""
     tokens = w.micro_batch * w.model.seq * w.microbatches
-    flops = 6 * w.params * tokens / (w.tp * w.pp)
+    flops = flops_per_device(w)
     compute_s = flops / (tflops * 1e12)
     comm_s = comm_us * 1e-6
     longer = max(comm_s, compute_s)

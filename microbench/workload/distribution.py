@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from microbench.benchmarks.dtypes import get_dtype
+from microbench.benchmarks.splits import UNIFORM, SplitPattern
 from microbench.errors import UsageError
 from microbench.workload.messages import Message, total_wire
 from microbench.workload.model import Model, parameter_count
@@ -20,7 +21,11 @@ TRAINING_DTYPES = ("bf16", "fp16", "fp32")
 
 DATA_PARALLEL_SCHEMES = ("ddp", "fsdp2", "zero1", "zero2", "zero3", "zeropp")
 MODEL_PARALLEL_SCHEMES = ("tp", "sp", "pp", "3d")
-SCHEMES = DATA_PARALLEL_SCHEMES + MODEL_PARALLEL_SCHEMES
+#: issue 42: Megatron-Core's expert (moe) and context (cp) parallelism, with tp, pp and dp: 4D and 5D layouts
+MEGATRON_CORE_SCHEMES = ("moe", "cp")
+SCHEMES = DATA_PARALLEL_SCHEMES + MODEL_PARALLEL_SCHEMES + MEGATRON_CORE_SCHEMES
+#: context parallelism's communication (Megatron-Core's cp_comm_type): p2p (ring attention), a2a (Ulysses)
+CP_COMMS = ("p2p", "a2a")
 
 COUNT_RULE = ("count is calls per iteration made by one rank of the group; pipeline send/recv counts are "
               "summed over all p stages, as Eq. 4 sums its volume; setup counts are per training run")
@@ -39,6 +44,30 @@ class Workload:
     microbatches: int = 1
     dtype: str = "bf16"
     node_size: int = 8  #: ranks per node: ZeRO++'s hpZ partition and qgZ intra-node all-to-all group
+    # ---- issue 42: expert and context parallelism (schemes moe and cp)
+    cp: int = 1  #: context-parallel size (the sequence split cp ways)
+    ep: int = 1  #: expert-parallel size (the experts split ep ways)
+    etp: int | None = None  #: expert tensor-parallel size (each expert split etp ways; None: --tp, Megatron-Core's)
+    capacity_factor: float | None = None  #: None: dropless routing (all-to-all-v); else drop and pad to capacity
+    routing: SplitPattern = UNIFORM  #: how routed tokens spread over the expert-parallel ranks (--routing)
+    cp_comm: str = "p2p"  #: one of CP_COMMS
+    recompute: bool | None = None  #: full activation recomputation (None: tp, sp, pp, 3d yes; moe, cp no)
+    distributed_optimizer: bool = False  #: Megatron-Core's distributed optimizer (moe, cp): sharded buckets
+
+    @property
+    def full_recompute(self) -> bool:
+        """Whether the forward is run again in backward (Eq. 5 assumes so; Megatron-Core MoE runs seldom do)."""
+        return self.recompute if self.recompute is not None else self.scheme not in MEGATRON_CORE_SCHEMES
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel size (Megatron-Core: --tp unless set)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """The expert-data-parallel size: tp x cp x dp ranks per stage over etp x ep (Megatron-Core)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def element_bytes(self) -> int:
@@ -66,6 +95,15 @@ class Workload:
                                  "(use --scheme 3d for tensor and pipeline parallelism)")
             if self.microbatches != 1:
                 raise UsageError("--microbatches counts pipeline microbatches: it applies to tp, sp, pp and 3d")
+        for name in ("cp", "ep", "etp"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UsageError(f"--{name} must be at least 1, not {getattr(self, name)}")
+        if s in MEGATRON_CORE_SCHEMES:
+            self._validate_megatron_core()
+        elif (self.cp, self.ep, self.etp) != (1, 1, None) or self.capacity_factor is not None \
+                or self.routing != UNIFORM or self.distributed_optimizer:
+            raise UsageError("--cp, --ep, --etp, --capacity-factor, --routing and --distributed-optimizer apply to "
+                             "--scheme moe and cp")
         if s in ("tp", "sp") and (self.tp < 2 or self.pp != 1):
             raise UsageError(f"--scheme {s} needs --tp of at least 2 and --pp 1 (use --scheme 3d for both)")
         if s == "pp" and (self.pp < 2 or self.tp != 1):
@@ -79,6 +117,44 @@ class Workload:
             raise UsageError(f"--pp {self.pp} must divide --layers ({m.layers})")
         if s == "zeropp" and self.dp > self.node_size and self.dp % self.node_size:
             raise UsageError(f"--dp ({self.dp}) must be a multiple of --node-size ({self.node_size}) for zeropp")
+
+
+    def _validate_megatron_core(self) -> None:
+        """moe and cp: what Megatron-Core (and TransformerEngine's context-parallel attention) accept."""
+        m, s = self.model, self.scheme
+        if s == "moe" and not m.experts:
+            raise UsageError("--scheme moe needs a mixture-of-experts model (--model mixtral-8x7b, deepseek-v3, or "
+                             "--experts N --top-k K)")
+        if s == "cp" and self.cp < 2:
+            raise UsageError("--scheme cp needs --cp of at least 2 (the context-parallel size)")
+        if not m.experts and (self.ep != 1 or self.etp is not None):
+            raise UsageError("--ep and --etp apply to a mixture-of-experts model")
+        if m.experts and m.experts % self.ep:
+            raise UsageError(f"--ep {self.ep} must divide the experts ({m.experts})")
+        etp = self.expert_tp
+        if (self.tp * self.cp * self.dp) % (etp * self.ep):
+            raise UsageError(f"--etp {etp} x --ep {self.ep} must divide --tp {self.tp} x --cp {self.cp} x "
+                             f"--dp {self.dp} (Megatron-Core carves the expert groups out of those ranks)")
+        if m.experts and m.expert_ffn_hidden % etp:
+            raise UsageError(f"--etp {etp} must divide the experts' hidden size ({m.expert_ffn_hidden})")
+        if self.cp_comm not in CP_COMMS:
+            raise UsageError(f"unknown --cp-comm {self.cp_comm!r}: choose from {', '.join(CP_COMMS)}")
+        chunks = 2 * self.cp if self.cp > 1 and self.cp_comm == "p2p" else self.cp
+        if m.seq % (chunks * self.tp):
+            raise UsageError(f"--seq ({m.seq}) must be a multiple of {chunks * self.tp} (the sequence is cut into "
+                             f"{'2 x cp load-balanced chunks' if chunks != self.cp else 'cp chunks'}, each split "
+                             f"over tp ranks by sequence parallelism)")
+        if self.cp > 1 and self.cp_comm == "a2a":
+            kv = m.kv_heads or m.heads
+            if (m.heads // self.tp) % self.cp or (m.mla is None and (kv // self.tp) % self.cp):
+                raise UsageError(f"--cp-comm a2a (Ulysses) splits the attention heads of each tp rank cp ways: "
+                                 f"--cp {self.cp} must divide {m.heads // self.tp} query heads"
+                                 + (f" and {kv // self.tp} key-value heads" if m.mla is None else ""))
+        if m.kv_heads and m.kv_heads % self.tp:
+            raise UsageError(f"--tp {self.tp} must divide the key-value heads ({m.kv_heads})")
+        if self.capacity_factor is not None and not 0 < self.capacity_factor <= 1e3:
+            raise UsageError(f"--capacity-factor must be a positive number up to 1000 (got {self.capacity_factor})")
+        self.routing.check_ranks(self.ep)
 
 
 @dataclass
@@ -122,7 +198,10 @@ def parallel_dimension(message: Message, scheme: str) -> str:
 
     Data-parallel schemes only have "dp"; the Megatron-LM builder puts its data-parallel gradient reduction
     (and its setup broadcast) in the ``gradients`` and ``setup`` phases and its pipeline traffic in send/recv.
+    The Megatron-Core schemes (moe, cp) name each message's dimension (tp, cp, ep, etp, dp, edp, pp).
     """
+    if message.dimension is not None:
+        return message.dimension
     if scheme in DATA_PARALLEL_SCHEMES or message.phase in ("gradients", "setup"):
         return "dp"
     return "pp" if message.collective in ("send", "recv") else "tp"

@@ -35,7 +35,7 @@ def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Cur
     With ``compute`` (--tflops), a last row: the iteration as compute plus exposed communication without
     overlap, with the measured overlap (when the results hold it) and with perfect overlap."""
     rows = [r for r in weighting["messages"] if r["phase"] != "setup"]
-    used = sorted({(r["benchmark"], r["measured_ranks"]) for r in rows})
+    used = sorted({_curve_key(r) for r in rows})
     if not used:
         raise UsageError("nothing to plot: no message of the distribution has a measured curve")
     total_calls = sum(r["count"] for r in rows) or 1
@@ -48,7 +48,7 @@ def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Cur
         curve = curves[key]
         calls, times = defaultdict(float), defaultdict(float)
         for r in rows:
-            if (r["benchmark"], r["measured_ranks"]) == key:
+            if _curve_key(r) == key:
                 calls[r["bytes"]] += r["count"] / total_calls
                 times[r["bytes"]] += r["time_us"] / total_time
         sizes = sorted(calls)
@@ -75,7 +75,7 @@ def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Cur
                 for hows, marker, name in ((("measured", "interpolated"), "x", "priced (measured or interpolated)"),
                                            (("below", "above"), "^", "priced (extrapolated)")):
                     points = sorted({(r["bytes"], r["latency_us"]) for r in rows
-                                     if (r["benchmark"], r["measured_ranks"]) == key and r["how"] in hows})
+                                     if _curve_key(r) == key and r["how"] in hows})
                     if points:
                         ax.plot(*zip(*points), marker, color="black", ms=6, label=name)
             lines, names = ax.get_legend_handles_labels()
@@ -90,6 +90,12 @@ def plot_weighting(path: str, weighting: dict, curves: dict[tuple[str, int], Cur
         write_output(path, lambda f: fig.savefig(f, format=form, dpi=110), what="figure ")
     finally:
         plt.close(fig)
+
+
+def _curve_key(row: dict) -> tuple[str, int]:
+    """The measured curve that priced a message (``weighting.weigh``'s ``curve``; rows written before it: the
+    benchmark it was looked up by)."""
+    return row.get("curve") or row["benchmark"], row["measured_ranks"]
 
 
 def _iteration_bars(row, c: dict) -> None:

@@ -51,6 +51,19 @@ FRAMEWORKS: dict[str, Framework] = {
                     "ranks; Megatron-LM itself not run"),
     "3d": Framework("Megatron-LM tensor, pipeline and data parallelism", "Megatron-LM core",
                     "megatron/core/tensor_parallel, pipeline_parallel, distributed", "not checked against a run"),
+    # issue 42: sources read from the megatron-core 0.16.1 wheel and TransformerEngine's main branch (2.9+)
+    "moe": Framework("Megatron-Core mixture of experts (expert parallelism, all-to-all token dispatcher), with "
+                     "tensor, context, pipeline and data parallelism", "megatron-core 0.16.1",
+                     "megatron/core/transformer/moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher), moe_utils.py "
+                     "(get_capacity), megatron/core/parallel_state.py (RankGenerator, expert groups), "
+                     "megatron/core/distributed/distributed_data_parallel.py (expert buffers)",
+                     "not checked against a run; the all-to-all-v calls are replayed on real groups (docs/replay.md)"),
+    "cp": Framework("Megatron-Core context parallelism (TransformerEngine attention), with tensor, expert, "
+                    "pipeline and data parallelism", "megatron-core 0.16.1, TransformerEngine 2.9+",
+                    "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py "
+                    "(AttnFuncWithCPAndKVP2P, AttnFuncWithCPAndQKVOA2A, flash_attn_p2p_communicate, "
+                    "flash_attn_a2a_communicate), megatron/core/parallel_state.py",
+                    "not checked against a run; the ring send/recv and all-to-alls are replayed on real groups"),
 }
 
 

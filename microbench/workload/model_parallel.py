@@ -20,35 +20,42 @@ def megatron_bucket_elements(dp: int) -> int:
     return max(40_000_000, 1_000_000 * dp)
 
 
-def _tensor_parallel(w: Workload, layers: int, sequence_parallel: bool) -> list[Message]:
+def _tensor_parallel(w: Workload, layers: int, sequence_parallel: bool, blocks: int | None = None,
+                     seq: int | None = None, recompute: bool = True, dimension: str | None = None) -> list[Message]:
+    """Megatron-LM's tensor-parallel calls of one rank: ``blocks`` communicating blocks per microbatch on this
+    stage (default two per layer: attention and MLP), activations of ``seq`` tokens (default s; s/cp with context
+    parallelism), the forward run again in backward when ``recompute``; ``dimension`` labels each message."""
     t, m, e = w.tp, w.microbatches, w.element_bytes
-    b, s, h = w.micro_batch, w.model.seq, w.model.hidden
+    b, s, h = w.micro_batch, w.model.seq if seq is None else seq, w.model.hidden
     full = b * s * h * e            # an activation of the microbatch
     shard = full // t               # its sequence shard (sequence parallelism)
-    per_layer = 2 * layers * m      # two communicating blocks (attention, MLP) per layer
-    loss = [Message("allreduce", b * s * LOSS_BYTES, 3 * m, t, "loss")]
+    per_layer = (2 * layers if blocks is None else blocks) * m  # communicating blocks of the stage
+    phases = ("forward", "backward", "recompute") if recompute else ("forward", "backward")
+
+    def msg(collective: str, size: int, count: int, phase: str) -> Message:
+        return Message(collective, size, count, t, phase, dimension=dimension)
+
+    loss = [msg("allreduce", b * s * LOSS_BYTES, 3 * m, "loss")]
     if not sequence_parallel:
-        return loss + [
-            Message("allreduce", full, per_layer, t, "forward"),
-            Message("allreduce", full, per_layer, t, "backward"),
-            Message("allreduce", full, per_layer, t, "recompute"),
-            Message("allreduce", full, m, t, "embedding"),
-            Message("allreduce", full, m, t, "lm_head"),
+        return loss + [msg("allreduce", full, per_layer, phase) for phase in phases] + [
+            msg("allreduce", full, m, "embedding"),
+            msg("allreduce", full, m, "lm_head"),
         ]
     out = loss
-    for phase in ("forward", "backward", "recompute"):
-        out += [Message("allgather", shard, per_layer, t, phase), Message("reduce_scatter", full, per_layer, t, phase)]
+    for phase in phases:
+        out += [msg("allgather", shard, per_layer, phase), msg("reduce_scatter", full, per_layer, phase)]
     return out + [
-        Message("reduce_scatter", full, m, t, "embedding"), Message("allgather", shard, m, t, "embedding"),
-        Message("allgather", shard, m, t, "lm_head"), Message("reduce_scatter", full, m, t, "lm_head"),
-        Message("allgather", shard, per_layer + m, t, "backward_regather"),
+        msg("reduce_scatter", full, m, "embedding"), msg("allgather", shard, m, "embedding"),
+        msg("allgather", shard, m, "lm_head"), msg("reduce_scatter", full, m, "lm_head"),
+        msg("allgather", shard, per_layer + m, "backward_regather"),
     ]
 
 
-def _pipeline(w: Workload) -> list[Message]:
+def _pipeline(w: Workload, seq: int | None = None, dimension: str | None = None) -> list[Message]:
     count = (w.pp - 1) * w.microbatches
-    size = w.micro_batch * w.model.seq * w.model.hidden * w.element_bytes
-    return [Message(c, size, count, 2, phase) for phase in ("forward", "backward") for c in ("send", "recv")]
+    size = w.micro_batch * (w.model.seq if seq is None else seq) * w.model.hidden * w.element_bytes
+    return [Message(c, size, count, 2, phase, dimension=dimension)
+            for phase in ("forward", "backward") for c in ("send", "recv")]
 
 
 def megatron(w: Workload) -> Distribution:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from microbench.workload.interpolation import at_size
-from microbench.workload.weighting import choose_curve
+from microbench.workload.weighting import choose_curve, curve_name
 
 METHOD = ("exposed time = priced time x (1 - overlap/100), overlap of the collective's non-blocking benchmark "
           "(OMB's definition, compute = R x t_pure as measured) at the message size: linear in log(size) between "
@@ -47,7 +47,7 @@ def overlap_curves(results: list[dict], statistic: str) -> dict[tuple[str, int],
     ratios: dict[tuple, set] = defaultdict(set)
     for r in warm:
         value = ((r["overlap"].get("overlap_pct") or {}).get("omb") or {}).get(_FIELD[statistic])
-        name, ranks, size = r.get("benchmark"), r.get("ranks"), r.get("size_bytes")
+        name, ranks, size = curve_name(r.get("benchmark"), r.get("splits")), r.get("ranks"), r.get("size_bytes")
         if isinstance(value, (int, float)) and isinstance(name, str) and isinstance(ranks, int) and \
                 isinstance(size, int) and size > 0:
             key = (name[1:] if name.startswith("i") else name, ranks)

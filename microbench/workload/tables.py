@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from microbench.units import format_bytes
 from microbench.workload.distribution import Distribution
-from microbench.workload.messages import Message, total_wire, wire_bytes
+from microbench.workload.messages import Message, message_wire, total_wire
 from microbench.workload.traces import TraceTally
 
 
@@ -25,23 +25,32 @@ def _count(count: float, phase: str) -> str:
 def message_table(messages: list[Message]) -> list[str]:
     """One row per message; Share is of the wire bytes of one iteration (setup excluded)."""
     per_iteration = total_wire([m for m in messages if m.phase != "setup" and m.group_size])
+    extra = any(m.dimension or m.splits for m in messages)  # issue 42: the group's dimension and the split
     lines = [f"#{'Phase':>17} {'Collective':>14} {'Size(B)':>13} {'Size':>10} {'Group':>6} {'Count':>10} "
-             f"{'Wire':>10} {'Share':>6}"]
+             f"{'Wire':>10} {'Share':>6}" + (f" {'Dim':>4} Splits" if extra else "")]
     for m in messages:
-        wire = wire_bytes(m.collective, m.bytes, m.group_size) * Fraction(m.count) if m.group_size else None
+        wire = message_wire(m) * Fraction(m.count) if m.group_size else None
         share = (f"{float(100 * wire / per_iteration):5.1f}%" if wire is not None and per_iteration and m.phase != "setup"
                  else "-")
         lines.append(f" {m.phase:>17} {m.collective:>14} {m.bytes:>13} {format_bytes(m.bytes):>10} "
                      f"{m.group_size if m.group_size else '?':>6} {_count(m.count, m.phase):>10} "
-                     f"{format_bytes(float(wire)) if wire is not None else '?':>10} {share:>6}")
+                     f"{format_bytes(float(wire)) if wire is not None else '?':>10} {share:>6}"
+                     + (f" {m.dimension or '-':>4} {m.splits or '-'}" if extra else ""))
     return lines
 
 
 def distribution_lines(dist: Distribution) -> list[str]:
     w, check = dist.workload, dist.check()
+    counted = "(Eq. 1)" if w.model.family == "gpt-neox" else "(the sum of its tensors)"
+    extra = ""
+    if w.scheme in ("moe", "cp"):
+        extra = f" c={w.cp}" + (f" ({w.cp_comm})" if w.cp > 1 else "")
+        if w.model.experts:
+            extra += (f" e={w.ep} etp={w.expert_tp} (expert data-parallel {w.expert_dp}), routing {w.routing.text}"
+                      + (f", capacity factor {w.capacity_factor:g}" if w.capacity_factor is not None else ""))
     lines = [
-        f"# workload: {w.model.describe()}; {w.params} parameters (Eq. 1)",
-        f"# scheme {w.scheme}: d={w.dp} t={w.tp} p={w.pp}, micro-batch {w.micro_batch}, "
+        f"# workload: {w.model.describe()}; {w.params} parameters {counted}",
+        f"# scheme {w.scheme}: d={w.dp} t={w.tp} p={w.pp}{extra}, micro-batch {w.micro_batch}, "
         f"{w.microbatches} microbatch(es) per iteration, {w.dtype} ({w.element_bytes} B per element)",
         f"# volume per rank per iteration, {dist.equation}: {float(dist.volume_elements):.6g} elements, "
         f"{format_bytes(float(dist.volume_bytes))}",
@@ -83,6 +92,9 @@ def trace_lines(tally: TraceTally, messages: list[Message], iterations: int) -> 
     if s["uncurved"]:
         lines.append("# uncurved collectives (no measured curve, not priced), calls: "
                      + ", ".join(f"{name} {n}" for name, n in s["uncurved"].items()))
+    if s["alltoallv_splits"]:  # issue 42: all-to-all-v tallied by split pattern
+        lines.append("# all-to-all-v calls by split pattern (the peak-to-mean of their per-peer sizes as hot:K): "
+                     + ", ".join(f"{name} {n}" for name, n in s["alltoallv_splits"].items()))
     skipped = ", ".join(f"{n} {why}" for why, n in s["skipped"].items()) or "none"
     lines += [f"# left out: {skipped}",
               f"# Count: calls per rank (mean over the trace's ranks) divided by --trace-iterations ({iterations})"]
@@ -110,7 +122,8 @@ def sweep_lines(points: list[dict]) -> list[str]:
             parts.append(f"{name} x{b / a:.3g}" if a else f"{name} from 0")
         return ", ".join(parts)
 
-    dims = [d for d in ("dp", "tp", "pp") if any(d in p["by_dimension"] for p in points)]
+    dims = [d for d in ("dp", "tp", "pp", "cp", "ep", "tp_ep", "etp", "edp", "dp_cp")
+            if any(d in p["by_dimension"] for p in points)]
     lines.append(f"# from s={first['seq']} to s={last['seq']} (x{ratio:g}): {growth('by_collective', collectives)}; "
                  f"by parallel dimension: {growth('by_dimension', dims)} (flat = x1, linear in s = x{ratio:g})")
     return lines

@@ -5,6 +5,8 @@ at a measured size, log-log interpolation between measured sizes, below the smal
 latency, above the largest size that size's latency scaled linearly with size (its bandwidth held);
 both extrapolations are flagged. A send takes its one-way latency; its recv adds nothing (same transfer).
 Where only the non-blocking twin was measured (iallreduce for allreduce), its t_pure curve prices the calls.
+An all-to-all-v is priced on the alltoallv curve of its own split pattern (``alltoallv[zipf:1.2]``: records whose
+``splits`` is that text), else on the uniform split's, flagged (what the skew costs is then not in the price).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from statistics import median
 
 from microbench.benchmarks.workload_sizes import BENCHMARK_FOR
 from microbench.workload.interpolation import at_size
-from microbench.workload.messages import Message, wire_bytes
+from microbench.workload.messages import Message, message_wire
 
 STATISTICS = {"p50": "p50 (median of all samples)", "avg": "avg (mean across ranks of per-rank means)"}
 
@@ -41,6 +43,11 @@ class Curve:
                        above=lambda last, value: value * size / last)  # above: the last bandwidth
 
 
+def curve_name(benchmark: str | None, splits: str | None) -> str | None:
+    """A curve's name: its benchmark, with the split pattern of an all-to-all-v (``alltoallv[zipf:1.2]``)."""
+    return f"{benchmark}[{splits}]" if splits and benchmark else benchmark
+
+
 def curves_from_results(results: list[dict], statistic: str) -> tuple[dict[tuple[str, int], Curve], list[str]]:
     """Curves per (benchmark, ranks) from result records; notes say what was merged or left out."""
     notes = []
@@ -51,7 +58,7 @@ def curves_from_results(results: list[dict], statistic: str) -> tuple[dict[tuple
     bw: dict[tuple, list[float]] = defaultdict(list)
     for r in warm or results:
         value = (r.get("latency_us") or {}).get(statistic)
-        key = (r.get("benchmark"), r.get("ranks"), r.get("size_bytes"))
+        key = (curve_name(r.get("benchmark"), r.get("splits")), r.get("ranks"), r.get("size_bytes"))
         if not (isinstance(value, (int, float)) and value > 0 and isinstance(key[1], int)
                 and isinstance(key[2], int) and key[2] > 0):
             continue
@@ -84,17 +91,33 @@ def choose_curve(curves: dict[tuple[str, int], Curve], benchmark: str, group: in
     return min(found, key=lambda c: (abs(math.log(c.ranks / group)), -c.ranks))
 
 
+def curve_for(curves: dict[tuple[str, int], Curve], m: Message, notes: set) -> tuple[str, Curve | None]:
+    """The curve that prices ``m`` (its benchmark's, or the non-blocking twin's t_pure; an all-to-all-v's split's, or
+    the uniform split's with a note) and the name it was looked up by."""
+    bench = BENCHMARK_FOR[m.collective]
+    name = curve_name(bench, m.splits or ("uniform" if bench == "alltoallv" else None))
+    curve = choose_curve(curves, name, m.group_size) or choose_curve(curves, "i" + name, m.group_size)
+    if curve is None and bench == "alltoallv" and m.splits not in (None, "uniform"):
+        uniform = curve_name(bench, "uniform")
+        curve = choose_curve(curves, uniform, m.group_size) or choose_curve(curves, "i" + uniform, m.group_size)
+        if curve is not None:
+            notes.add(f"alltoallv {m.splits}: no curve of that split; priced on the uniform split's (its skew is not "
+                      f"in the price: measure run alltoallv --splits {m.splits})")
+    return name, curve
+
+
 def _bin_of(size: int) -> int:
     return size.bit_length() - 1  # [2^k, 2^(k+1))
 
 
 def weigh(messages: list[Message], curves: dict[tuple[str, int], Curve], statistic: str) -> dict:
-    """Predicted communication time per iteration, per collective, per size bin, and the flags behind it."""
+    """Predicted communication time per iteration, per collective, per size bin, and the flags behind it. Each
+    priced message's row names the curve it was looked up by (``benchmark``, with an all-to-all-v's split) and the
+    curve that priced it (``curve``, at ``measured_ranks``: the non-blocking twin's, or the uniform split's)."""
     rows, unpriced, notes = [], set(), set()
     for m in messages:
-        bench = BENCHMARK_FOR[m.collective]
         # a run of the non-blocking twin alone prices the collective with its t_pure curve
-        curve = choose_curve(curves, bench, m.group_size) or choose_curve(curves, "i" + bench, m.group_size)
+        bench, curve = curve_for(curves, m, notes)
         if curve is None:
             unpriced.add(bench)
             continue
@@ -105,11 +128,11 @@ def weigh(messages: list[Message], curves: dict[tuple[str, int], Curve], statist
             notes.add(f"{m.collective}: measured with {curve.ranks} ranks, the workload's group has "
                       f"{m.group_size}; the {curve.ranks}-rank curve is used as measured")
         carries = m.collective != "recv"
-        rows.append({**m.as_json(), "benchmark": bench, "measured_ranks": curve.ranks,
+        rows.append({**m.as_json(), "benchmark": bench, "curve": curve.benchmark, "measured_ranks": curve.ranks,
                      "latency_us": latency, "how": how,
                      "time_us": m.count * latency if carries else 0.0,
                      "moved_bytes": m.count * m.bytes if carries else 0,
-                     "wire_bytes": float(wire_bytes(m.collective, m.bytes, m.group_size)) * m.count
+                     "wire_bytes": float(message_wire(m)) * m.count
                      if m.group_size else None})
     per_iteration = [r for r in rows if r["phase"] != "setup"]
     total_time = sum(r["time_us"] for r in per_iteration)

@@ -134,6 +134,14 @@ class MPIBackend:
         block = _elements(send) // self.size
         return functools.partial(self.comm.Alltoall, self._spec(send, block), self._spec(recv, block))
 
+    def alltoallv(self, send, recv, send_counts, recv_counts):
+        """MPI_Alltoallv: ``send_counts[j]`` elements to rank j, ``recv_counts[j]`` from it, blocks back to back."""
+        sc, sd = _counts_and_displacements(send_counts)
+        rc, rd = _counts_and_displacements(recv_counts)
+        s = (self.MPI.buffer(send) if isinstance(send, np.ndarray) else send, (sc, sd), self.mpi_type(send))
+        r = (self.MPI.buffer(recv) if isinstance(recv, np.ndarray) else recv, (rc, rd), self.mpi_type(recv))
+        return functools.partial(self.comm.Alltoallv, s, r)
+
     # Non-blocking collectives: the blocking call's arguments, posted with its MPI_I* twin -------------
     def _nonblocking(self, blocking: functools.partial) -> "NonBlocking":
         from microbench.measure.backends.nonblocking import NonBlocking  # non-blocking benchmarks alone
@@ -145,6 +153,7 @@ class MPIBackend:
     iallreduce, ireduce = _nonblocking_twin("allreduce"), _nonblocking_twin("reduce")
     iallgather, ireduce_scatter = _nonblocking_twin("allgather"), _nonblocking_twin("reduce_scatter")
     ibroadcast, ialltoall = _nonblocking_twin("broadcast"), _nonblocking_twin("alltoall")
+    ialltoallv = _nonblocking_twin("alltoallv")
 
     # Point to point ------------------------------------------------------------------------
     def pingpong(self, send, recv, peer, initiator):
@@ -242,6 +251,14 @@ class NativeMPIBackend(MPIBackend):
     def alltoall(self, send, recv):
         return self._call("alltoall", send, send=send, recv=recv, count=_elements(send) // self.size)
 
+    def alltoallv(self, send, recv, send_counts, recv_counts):
+        """The C loop's MPI_Alltoallv: ``counts`` holds send counts, send displacements, receive counts and receive
+        displacements (n each) and ``count`` the n they are."""
+        sc, sd = _counts_and_displacements(send_counts, np.intc)
+        rc, rd = _counts_and_displacements(recv_counts, np.intc)
+        return self._call("alltoallv", send, send=send, recv=recv, count=self.size,
+                          counts=np.concatenate([sc, sd, rc, rd]))
+
     def pingpong(self, send, recv, peer, initiator):
         if peer is None:
             return self._call("nothing", send)
@@ -261,6 +278,19 @@ class NativeMPIBackend(MPIBackend):
 
 def _nothing() -> None:
     return None
+
+
+def _counts_and_displacements(counts, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Counts and the displacements of blocks laid back to back (elements), as ``dtype``: int64 for mpi4py (which
+    calls the large-count MPI_Alltoallv_c where an int cannot hold them), C int for the C loop."""
+    wide = np.ascontiguousarray(counts, dtype=np.int64)
+    displacements = np.zeros(len(wide), dtype=np.int64)
+    np.cumsum(wide[:-1], out=displacements[1:])
+    if dtype is np.intc and (len(wide) and (displacements[-1] + wide[-1]) > np.iinfo(np.intc).max):
+        from microbench.measure.native.toolchain import NativeUnavailable
+
+        raise NativeUnavailable("an alltoallv of more than 2^31-1 elements (C int counts and displacements)")
+    return wide.astype(dtype), displacements.astype(dtype)
 
 
 def _numpy_dtype(arr) -> np.dtype:

@@ -118,6 +118,17 @@ class TorchBackend:
         f, g = self.dist.all_to_all_single, self.group
         return lambda: f(recv, send, group=g)
 
+    def _split_views(self, send, recv, send_counts, recv_counts):
+        """all_to_all_single's tensors and split sizes: the buffers cut to what this rank sends and receives
+        (torch checks that the splits sum to each tensor's length)."""
+        ins, outs = [int(x) for x in send_counts], [int(x) for x in recv_counts]
+        return recv[:sum(outs)], send[:sum(ins)], outs, ins
+
+    def alltoallv(self, send, recv, send_counts, recv_counts):
+        f, g = self.dist.all_to_all_single, self.group
+        out, inp, out_splits, in_splits = self._split_views(send, recv, send_counts, recv_counts)
+        return lambda: f(out, inp, out_splits, in_splits, group=g)
+
     # Non-blocking collectives: async_op=True, then is_completed() / wait() ---------------------------
     def iallreduce(self, send, recv, op):
         if send is not None:
@@ -143,6 +154,10 @@ class TorchBackend:
 
     def ialltoall(self, send, recv):
         return _async(self.dist.all_to_all_single, recv, send, group=self.group)
+
+    def ialltoallv(self, send, recv, send_counts, recv_counts):
+        out, inp, out_splits, in_splits = self._split_views(send, recv, send_counts, recv_counts)
+        return _async(self.dist.all_to_all_single, out, inp, out_splits, in_splits, group=self.group)
 
     # Point to point ------------------------------------------------------------------------
     def connect(self, peer: int, initiator: bool, like) -> None:

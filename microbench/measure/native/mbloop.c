@@ -46,6 +46,8 @@ enum {
     MB_IREDUCE = 15,
     MB_IALLTOALL = 16,
     MB_IREDUCE_SCATTER_V = 17,
+    MB_ALLTOALLV = 18,
+    MB_IALLTOALLV = 19,
 };
 
 #define MB_TAG_DATA 1
@@ -64,7 +66,9 @@ typedef struct {
     const void *comm_addr;   /* address of an MPI_Comm (mpi4py's _addressof) */
     const void *dtype_addr;  /* address of an MPI_Datatype */
     const void *op_addr;     /* address of an MPI_Op */
-    const int *counts;       /* MB_REDUCE_SCATTER_V: the n receive counts of MPI_Reduce_scatter */
+    const int *counts;       /* MB_REDUCE_SCATTER_V: the n receive counts of MPI_Reduce_scatter; MB_ALLTOALLV:
+                                send counts, send displacements, receive counts, receive displacements (count
+                                = n of each) */
 } mb_call;
 
 static inline int64_t mb_now(void) {
@@ -137,6 +141,9 @@ static inline int mb_post(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
         return MPI_Ireduce(s, c->rbuf, c->count, dt, op, c->root, comm, req);
     case MB_IALLTOALL:
         return MPI_Ialltoall(c->sbuf, c->count, dt, c->rbuf, c->count, dt, comm, req);
+    case MB_IALLTOALLV:
+        return MPI_Ialltoallv(c->sbuf, c->counts, c->counts + c->count, dt, c->rbuf, c->counts + 2 * c->count,
+                              c->counts + 3 * c->count, dt, comm, req);
     default:
         return -1;
     }
@@ -163,6 +170,9 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
         return MPI_Reduce(s, c->rbuf, c->count, dt, op, c->root, comm);
     case MB_ALLTOALL:
         return MPI_Alltoall(c->sbuf, c->count, dt, c->rbuf, c->count, dt, comm);
+    case MB_ALLTOALLV:
+        return MPI_Alltoallv(c->sbuf, c->counts, c->counts + c->count, dt, c->rbuf, c->counts + 2 * c->count,
+                             c->counts + 3 * c->count, dt, comm);
     case MB_PINGPONG:
         if (c->initiator) {
             rc = MPI_Send(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm);
@@ -192,7 +202,7 @@ static inline int mb_once(const mb_call *c, MPI_Comm comm, MPI_Datatype dt, MPI_
             MPI_Isend(c->sbuf, c->count, dt, c->peer, MB_TAG_DATA, comm, &reqs[c->window + w]);
         return MPI_Waitall(2 * c->window, reqs, MPI_STATUSES_IGNORE);
     case MB_IALLREDUCE: case MB_IALLGATHER: case MB_IREDUCE_SCATTER: case MB_IBCAST: case MB_IREDUCE:
-    case MB_IALLTOALL: case MB_IREDUCE_SCATTER_V:
+    case MB_IALLTOALL: case MB_IREDUCE_SCATTER_V: case MB_IALLTOALLV:
         rc = mb_post(c, comm, dt, op, &reqs[0]);
         return rc == MPI_SUCCESS ? MPI_Wait(&reqs[0], MPI_STATUS_IGNORE) : rc;
     default:

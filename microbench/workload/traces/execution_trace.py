@@ -7,7 +7,8 @@
 Counted, as torch_calls.py sizes them:
 
 - ``record_param_comms`` nodes whose attrs carry collective_name, dtype, in_msg_nelems, pg_size (and
-  pg_name, pg_desc): PyTorch 2.4 and later (pytorch/pytorch#124674);
+  pg_name, pg_desc): PyTorch 2.4 and later (pytorch/pytorch#124674); an ``all_to_allv`` with the split pattern
+  of its in_split_size;
 - when no node carries them (older traces), the ProcessGroup annotation nodes ``nccl:all_reduce`` with their
   input shapes and types ("Tensor(c10::BFloat16)"), no group size;
 - ``symm_mem::*`` nodes, as the collective they perform.
@@ -29,9 +30,10 @@ from microbench.workload.traces.torch_calls import (
     add_annotation_call,
     add_metadata_call,
     add_symmetric_call,
+    split_pattern,
 )
 
-_COMMS_ATTRS = ("collective_name", "in_msg_nelems", "dtype", "pg_size")
+_COMMS_ATTRS = ("collective_name", "in_msg_nelems", "dtype", "pg_size")  # and in_split_size's pattern
 
 
 def _attrs(node: dict) -> dict:
@@ -60,7 +62,7 @@ def read_execution_trace(source: TraceSource, tally: TraceTally, group: int | No
             continue
         attrs = _attrs(node) if name == "record_param_comms" else {}
         if "collective_name" in attrs:
-            comms[tuple(freeze(attrs.get(k)) for k in _COMMS_ATTRS)] += 1
+            comms[(*(freeze(attrs.get(k)) for k in _COMMS_ATTRS), split_pattern(attrs.get("in_split_size")))] += 1
         elif match := ANNOTATION.match(name):
             annotations[(match[1],) + _inputs(node)] += 1
         elif name.startswith("symm_mem::"):
@@ -69,8 +71,8 @@ def read_execution_trace(source: TraceSource, tally: TraceTally, group: int | No
             tally.skipped["not a collective node"] += 1
     pid = top_level_value(source, "pid")
     rank = f"pid {pid}" if isinstance(pid, int) else f"the process of {Path(source.path).name}"
-    for (name, elems, dtype, group_size), n in comms.items():
-        add_metadata_call(tally, rank, name, elems, dtype, group if group_size is None else group_size, n)
+    for (name, elems, dtype, group_size, splits), n in comms.items():
+        add_metadata_call(tally, rank, name, elems, dtype, group if group_size is None else group_size, n, splits)
     if comms and annotations:
         tally.skipped["ProcessGroup annotation (its record_param_comms node is counted)"] += sum(annotations.values())
     elif annotations:

@@ -2,7 +2,8 @@
 
 Which events count (torch_calls.py says how each is sized):
 
-- ``record_param_comms`` CPU ops with "Collective name" (PyTorch 2.1 and later): counted. Since Kineto
+- ``record_param_comms`` CPU ops with "Collective name" (PyTorch 2.1 and later): counted (an ``all_to_allv``
+  with the split pattern of its "In split size"). Since Kineto
   late 2023 (PyTorch 2.2+) the NCCL kernels carry the same arguments; they are the same calls and are
   counted only in a trace without the CPU ops. "In msg size" (Kineto's name in late 2023) is read as
   "In msg nelems".
@@ -30,6 +31,7 @@ from microbench.workload.traces.torch_calls import (
     add_annotation_call,
     add_metadata_call,
     add_symmetric_call,
+    split_pattern,
 )
 
 
@@ -54,7 +56,8 @@ class _Tally:
             self.pid = event.get("pid")
         if "Collective name" in args:
             elems = args.get("In msg nelems", args.get("In msg size"))
-            key = (args["Collective name"], elems, args.get("dtype"), args.get("Group size"))
+            splits = split_pattern(args.get("In split size"))  # all_to_allv: its pattern, never the list (bounded)
+            key = (args["Collective name"], elems, args.get("dtype"), args.get("Group size"), splits)
             self.metadata["gpu" if cat == "kernel" else "cpu"][tuple(map(freeze, key))] += 1
         elif not isinstance(name, str) or cat in ("gpu_user_annotation", "gpu_op"):
             self.tally.skipped["not a collective event"] += 1
@@ -72,8 +75,8 @@ class _Tally:
         chosen = cpu or gpu
         if cpu and gpu:
             tally.skipped["GPU kernel event (its CPU-side record_param_comms is counted)"] += sum(gpu.values())
-        for (name, elems, dtype, group_size), n in chosen.items():
-            add_metadata_call(tally, rank, name, elems, dtype, group if group_size is None else group_size, n)
+        for (name, elems, dtype, group_size, splits), n in chosen.items():
+            add_metadata_call(tally, rank, name, elems, dtype, group if group_size is None else group_size, n, splits)
         if chosen and self.annotations:
             tally.skipped["ProcessGroup annotation (its record_param_comms event is counted)"] += \
                 sum(self.annotations.values())

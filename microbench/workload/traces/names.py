@@ -61,7 +61,7 @@ TORCH_OPS = {
     "reducescatter": "reduce_scatter", "reducescatterbase": "reduce_scatter",
     "reducescattertensorcoalesced": "reduce_scatter", "reducescattertensor": "reduce_scatter",
     "broadcast": "broadcast", "broadcastoop": "broadcast", "reduce": "reduce", "reduceoop": "reduce",
-    "alltoall": "alltoall", "alltoallv": "alltoall", "alltoallbase": "alltoall", "alltoallsingle": "alltoall",
+    "alltoall": "alltoall", "alltoallv": "alltoallv", "alltoallbase": "alltoall", "alltoallsingle": "alltoall",
     "send": "send", "isend": "send", "recv": "recv", "irecv": "recv", "recvanysource": "recv",
 }
 TORCH_NO_DATA = {"wait", "barrier", "monitoredbarrier", "init", "coalesced", "batchisendirecv", "startcoalescing",
@@ -81,7 +81,7 @@ DEEPSPEED_OPS = {
 DEEPSPEED_NO_DATA = {"barrier", "monitored_barrier", "log_summary_barrier"}
 
 #: letters of collectives the traces name that microbench has no curve for: counted by name, not priced
-UNCURVED = {"gather": "gather", "scatter": "scatter", "allgatherv": "allgatherv", "alltoallv": "alltoallv",
+UNCURVED = {"gather": "gather", "scatter": "scatter", "allgatherv": "allgatherv",
             "reducescatterv": "reducescatterv", "sendrecv": "sendrecv"}
 
 #: PyTorch symmetric-memory ops (torch/csrc/distributed/c10d/symm_mem, namespace symm_mem) that perform a

@@ -17,7 +17,8 @@ Speed and linear time: the records of a block are found by regular expressions t
 than a bounded number of times whatever the line, and are tallied with ``Counter.update``, in C
 (_tally_calls).
 Distinct (prefix, call) keys are resolved to ranks at the end: memory grows with distinct calls and
-threads, not with the file.
+threads, not with the file. The Send/Recv lines of one NCCL group that reach most of a communicator are one
+all-to-all(v) (nccl_alltoall.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 from collections import Counter, defaultdict
 
 from microbench.workload.traces.names import NCCL_OPS, NCCL_TYPE_CODES, letters
+from microbench.workload.traces.nccl_alltoall import AllToAllGroups
 from microbench.workload.traces.source import TraceSource
 from microbench.workload.traces.tally import TraceTally
 
@@ -106,13 +108,21 @@ def read_nccl_log(source: TraceSource, tally: TraceTally, group: int | None = No
     counts: Counter = Counter()  # (token, dev, op, fields span, globalrank) -> records
     inits: dict = {}  # (host, pid, comm) -> (rank, cudaDev or None) from the latest init line
     lines = records = 0
+    groups = AllToAllGroups()
     for block in source.blocks(tally.skipped):
         lines += block.count(b"\n") + (not block.endswith(b"\n"))
         records += _tally_calls(block, counts)
         _note_inits(block, inits)
+        groups.scan(block)
+    groups.finish()
+    for key, n in groups.taken.items():  # the send/recv lines that were an all-to-all's
+        counts[key] -= min(n, counts[key])
     tally.entries = lines
     tally.skipped["line without a call (lines minus call records)"] += max(lines - records, 0)
-    _resolve(counts, inits, tally)
+    _resolve(+counts, inits, tally, groups.found)
+    if groups.found:
+        tally.note("Send/Recv lines of one NCCL group (one opCount) that reach most of their communicator are "
+                   "counted as one all-to-all (equal counts) or all-to-all-v (its split pattern)")
     tally.note("NCCL_DEBUG=INFO call lines: a rank is one GPU of one process (host:pid and the device of its "
                 "communicators); a process with several GPUs counts as several ranks")
 
@@ -135,10 +145,12 @@ def _label(host: bytes, pid: bytes, dev: bytes) -> str:
     return f"{host.decode(errors='replace')}:{pid.decode()} gpu{int(dev)}"
 
 
-def _resolve(counts: Counter, inits: dict, tally: TraceTally) -> None:
+def _resolve(counts: Counter, inits: dict, tally: TraceTally, alltoalls: dict | None = None) -> None:
     """Credit each tallied record to a rank; records without a prefix go to the one rank their communicator
-    (and RCCL globalrank) belongs to, else to the unattributed calls."""
-    whos = {token: split_token(token) for token, *_ in counts}
+    (and RCCL globalrank) belongs to, else to the unattributed calls. ``alltoalls``: the grouped all-to-alls
+    (``nccl_alltoall.AllToAllGroups.found``), credited to their lines' rank."""
+    alltoalls = alltoalls or {}
+    whos = {token: split_token(token) for token, *_ in [*counts, *alltoalls]}
     host_of = _unglue({w for w in whos.values() if w} | {(host, pid) for host, pid, _ in inits})
     owners: dict = defaultdict(lambda: defaultdict(set))  # comm -> rank in comm (or None) -> rank labels
     attributed, orphans = [], []
@@ -163,6 +175,14 @@ def _resolve(counts: Counter, inits: dict, tally: TraceTally) -> None:
     tally.communicator_ranks = len({(label, key[3]) for label, key, _ in attributed})
     for label, key, n in attributed:
         _count(tally, label, key, n)
+    for (token, dev, comm, grank), calls in alltoalls.items():
+        who = whos[token]
+        label = None
+        if who is not None:
+            host, pid = host_of[who], who[1]
+            label = _label(host, pid, inits.get((host, pid, comm), (None, None))[1] or dev)
+        for (collective, nbytes, nranks, splits), n in calls.items():
+            tally.add(label, collective, nbytes, nranks, n, splits)
     for key, n in orphans:
         _count(tally, _owner(owners, key[3], key[5] or None), key, n)
     if orphans:

@@ -12,12 +12,13 @@ from collections.abc import Iterable, Iterator
 
 def nccl_call(op: str, count: int, dtype: int, comm: str, nranks: int, *, host: str = "node1", pid: int = 100,
               tid: int | None = None, dev: int = 0, opcount: int = 0, globalrank: int | None = None,
-              prefix: bool = True) -> str:
-    """An NCCL_DEBUG=INFO call line (NCCL enqueue.cc 2.4-2.30; with ``globalrank``, RCCL's)."""
+              prefix: bool = True, root: int = 0) -> str:
+    """An NCCL_DEBUG=INFO call line (NCCL enqueue.cc 2.4-2.30; with ``globalrank``, RCCL's); for Send and Recv
+    ``root`` is the peer (ncclSend/ncclRecv pass it as the ncclInfo's root)."""
     head = f"{host}:{pid}:{tid if tid is not None else pid} [{dev}] " if prefix else ""
     tail = f" task 0 globalrank {globalrank}" if globalrank is not None else ""
     return (f"{head}NCCL INFO {op}: opCount {opcount:x} sendbuff 0x7f00{dev}000 recvbuff 0x7f00{dev}800 count "
-            f"{count} datatype {dtype} op 0 root 0 comm {comm} [nranks={nranks}] stream 0x5600{dev}{tail}")
+            f"{count} datatype {dtype} op 0 root {root} comm {comm} [nranks={nranks}] stream 0x5600{dev}{tail}")
 
 
 def nccl_init(comm: str, rank: int, nranks: int, *, host: str = "node1", pid: int = 100, dev: int = 0) -> str:
@@ -51,12 +52,13 @@ def profiler_api_event_228(name: str, count: int, *, pid: int = 4242, ident: int
 
 
 def kineto_comms(name: str, nelems: int, dtype: str, group: int, *, cat: str = "cpu_op", pid: int = 7,
-                 ts: int = 0) -> dict:
-    """A record_param_comms CPU op (or, with cat "kernel", an NCCL kernel) with collective metadata."""
+                 ts: int = 0, in_split: str = "[]", out_split: str = "[]") -> dict:
+    """A record_param_comms CPU op (or, with cat "kernel", an NCCL kernel) with collective metadata; the split
+    sizes as torch/csrc/profiler/util.cpp saveNcclMeta writes them (format_list: "[4, 2, 2]", text)."""
     return {"ph": "X", "cat": cat, "name": "record_param_comms" if cat != "kernel" else "ncclDevKernel_Generic",
             "pid": pid, "tid": pid, "ts": ts, "dur": 5,
             "args": {"External id": ts, "Collective name": name, "In msg nelems": nelems, "Out msg nelems": nelems,
-                     "Group size": group, "dtype": dtype, "In split size": "[]", "Out split size": "[]",
+                     "Group size": group, "dtype": dtype, "In split size": in_split, "Out split size": out_split,
                      "Process Group Name": "0", "Process Group Description": "default_pg",
                      "Process Group Ranks": str(list(range(group)))}}
 
@@ -74,12 +76,12 @@ def kineto_kernel(name: str, *, ts: int = 0) -> dict:
             "args": {"External id": ts, "device": 0, "stream": 7, "correlation": ts, "grid": [8, 1, 1]}}
 
 
-def et_comms_node(ident: int, name: str, nelems: int, dtype: str, pg_size: int) -> dict:
+def et_comms_node(ident: int, name: str, nelems: int, dtype: str, pg_size: int, in_split: str = "[]") -> dict:
     """An execution-trace record_param_comms node with the collective attributes of PyTorch 2.4+."""
     attrs = [("rf_id", "uint64", ident), ("fw_parent", "uint64", 0), ("seq_id", "int64", -1),
              ("scope", "uint64", 7), ("tid", "uint64", 1), ("fw_tid", "uint64", 0), ("op_schema", "string", ""),
              ("collective_name", "string", name), ("dtype", "string", dtype), ("in_msg_nelems", "uint64", nelems),
-             ("out_msg_nelems", "uint64", nelems), ("in_split_size", "string", "[]"),
+             ("out_msg_nelems", "uint64", nelems), ("in_split_size", "string", in_split),
              ("out_split_size", "string", "[]"), ("pg_name", "string", "0"), ("pg_desc", "string", "default_pg"),
              ("pg_size", "uint64", pg_size)]
     return {"id": ident, "name": "record_param_comms", "ctrl_deps": 2,

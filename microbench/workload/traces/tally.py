@@ -27,25 +27,27 @@ class TraceTally:
     format: str
     unit: str = "lines"  #: what ``entries`` counts: "lines" (text formats) or "events" (JSON formats)
     entries: int = 0
-    calls: Counter = field(default_factory=Counter)  #: (rank, collective, bytes, group) -> calls
-    unattributed: Counter = field(default_factory=Counter)  #: (collective, bytes, group) -> calls
+    calls: Counter = field(default_factory=Counter)  #: (rank, collective, bytes, group, splits) -> calls
+    unattributed: Counter = field(default_factory=Counter)  #: (collective, bytes, group, splits) -> calls
     uncurved: Counter = field(default_factory=Counter)  #: collective name -> calls (no curve to price them)
     unreadable: int = 0
     skipped: Counter = field(default_factory=Counter)  #: reason -> entries left out
     notes: list[str] = field(default_factory=list)
     communicator_ranks: int = 0  #: (process, communicator) pairs seen, where the format prints communicators
 
-    def add(self, rank: str | None, collective: str, nbytes: int, group: int | None, count: int = 1) -> None:
+    def add(self, rank: str | None, collective: str, nbytes: int, group: int | None, count: int = 1,
+            splits: str | None = None) -> None:
         """Count ``count`` calls; rank None is a call no rank could be credited with. A call no machine makes
-        (more than 2**62 bytes, a group beyond 2**31 ranks, more than 2**62 calls) is left out and counted."""
+        (more than 2**62 bytes, a group beyond 2**31 ranks, more than 2**62 calls) is left out and counted.
+        ``splits``: an all-to-all-v's split pattern (``peer_sizes.pattern_of``; None where the trace has no sizes)."""
         if nbytes > MAX_BYTES or (group is not None and not 0 < group <= MAX_GROUP) or count > MAX_BYTES:
             self.skipped[IMPOSSIBLE] += min(count, MAX_BYTES)
         elif nbytes == 0:  # an empty tensor moves nothing and has no place on a size axis
             self.skipped["zero-size call (moves no data)"] += count
         elif rank is None:
-            self.unattributed[(collective, nbytes, group)] += count
+            self.unattributed[(collective, nbytes, group, splits)] += count
         else:
-            self.calls[(rank, collective, nbytes, group)] += count
+            self.calls[(rank, collective, nbytes, group, splits)] += count
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -76,9 +78,18 @@ class TraceTally:
         """Calls per rank per iteration: the calls of all ranks over (ranks seen x ``iterations``)."""
         per_rank = max(len(self.ranks), 1) * iterations
         tally: Counter = Counter()
-        for (_, collective, nbytes, group), n in self.calls.items():
-            tally[(collective, nbytes, group)] += n
-        return merge(Message(coll, nbytes, n / per_rank, group, "trace") for (coll, nbytes, group), n in tally.items())
+        for (_, collective, nbytes, group, splits), n in self.calls.items():
+            tally[(collective, nbytes, group, splits)] += n
+        return merge(Message(coll, nbytes, n / per_rank, group, "trace", splits)
+                     for (coll, nbytes, group, splits), n in tally.items())
+
+    def split_patterns(self) -> dict:
+        """All-to-all-v calls per split pattern (``unknown``: the trace names no per-peer sizes)."""
+        out: Counter = Counter()
+        for (_, collective, _, _, splits), n in self.calls.items():
+            if collective == "alltoallv":
+                out[splits or "unknown"] += n
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def absorb(self, other: TraceTally) -> None:
         """Add another file's tally to this one; ranks of the same name are the same rank."""
@@ -102,8 +113,10 @@ class TraceTally:
             "calls": self.total_calls, "ranks": len(per_rank), "calls_per_rank": self.rank_spread(),
             "rank_calls": dict(sorted(per_rank.items())), "communicator_ranks": self.communicator_ranks,
             "unattributed_calls": sum(self.unattributed.values()),
-            "unattributed": [{"collective": c, "bytes": b, "group_size": g, "calls": n}
-                             for (c, b, g), n in sorted(self.unattributed.items(), key=str)],
+            "unattributed": [{"collective": c, "bytes": b, "group_size": g, "calls": n,
+                              **({"splits": sp} if sp else {})}
+                             for (c, b, g, sp), n in sorted(self.unattributed.items(), key=str)],
+            "alltoallv_splits": self.split_patterns(),
             "uncurved": dict(sorted(self.uncurved.items())), "unreadable": self.unreadable,
             "skipped": dict(sorted(self.skipped.items())), "notes": self.notes,
         }

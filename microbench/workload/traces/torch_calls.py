@@ -6,7 +6,10 @@ Three records of one call, newest first:
   "Collective name", "In msg nelems", "dtype", "Group size"; in the execution trace the attributes
   collective_name, in_msg_nelems, dtype, pg_size). "In msg nelems" is the input: the buffer, each rank's
   all-gather contribution, the full reduce-scatter input (ProcessGroupNCCL records outputTensor.numel()
-  x size), the whole all-to-all input (divided here by the group size);
+  x size), the whole all-to-all input (divided here by the group size); an ``all_to_allv`` (all_to_all_single
+  with split sizes, ProcessGroupNCCL::alltoall_base) keeps its whole input as its size (what the rank sends in
+  all) and its "In split size" (``in_split_size``), the rows sent to each peer, as its split pattern
+  (``peer_sizes.pattern_of``);
 - a ProcessGroup profiling annotation ``nccl:all_reduce`` (``gloo:``, ``ucc:``, ``mpi:``, ``xccl:`` alike)
   whose inputs are the collective's input tensors, with shapes and element types but no group size: the
   only record in PyTorch 2.0 and earlier;
@@ -28,6 +31,7 @@ from microbench.workload.traces.names import (
     UNCURVED,
     letters,
 )
+from microbench.workload.traces.peer_sizes import parse_sizes, pattern_of
 from microbench.workload.traces.tally import TraceTally
 
 #: a ProcessGroup profiling title: backend and op
@@ -50,9 +54,14 @@ def classify(tally: TraceTally, name: str, count: int = 1) -> str | None:
     return collective
 
 
-def add_sized(tally: TraceTally, rank: str, collective: str, nbytes: int, group, count: int = 1) -> None:
-    """A call whose input is ``nbytes``; all-to-all input is the whole buffer, so it needs the group size."""
+def add_sized(tally: TraceTally, rank: str, collective: str, nbytes: int, group, count: int = 1,
+              splits: str | None = None) -> None:
+    """A call whose input is ``nbytes``; all-to-all input is the whole buffer, so it needs the group size (an
+    all-to-all-v's whole input is its size)."""
     group = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
+    if collective == "alltoallv":
+        tally.add(rank, collective, nbytes, group, count, splits)
+        return
     if collective == "alltoall":
         if not group:
             tally.skipped[NO_GROUP] += count
@@ -71,8 +80,26 @@ def element_bytes(dtype) -> int | None:
     return TORCH_TYPE_BYTES.get(name)
 
 
-def add_metadata_call(tally: TraceTally, rank: str, name, in_elems, dtype, group, count: int = 1) -> None:
-    """A record_param_comms call: its collective name, input elements, element type and group size."""
+#: what ``split_pattern`` returns for an equal split: an empty list (all_to_all_single without split sizes) or the
+#: same size for every peer; the call is an all-to-all of the block to each peer
+EQUAL = "equal"
+
+
+def split_pattern(in_split) -> str | None:
+    """The split pattern of an all-to-all-v's recorded per-peer sizes: ``EQUAL`` for an equal split, None for a
+    list cut short or unreadable."""
+    if in_split in ("[]", []):
+        return EQUAL
+    sizes = parse_sizes(in_split)
+    if sizes is None:
+        return None
+    return EQUAL if min(sizes) == max(sizes) else pattern_of(sizes)
+
+
+def add_metadata_call(tally: TraceTally, rank: str, name, in_elems, dtype, group, count: int = 1,
+                      splits: str | None = None) -> None:
+    """A record_param_comms call: its collective name, input elements, element type and group size (and an
+    all-to-all-v's split pattern, ``split_pattern`` of its "In split size")."""
     if not isinstance(name, str):
         tally.unreadable += count
         return
@@ -83,7 +110,12 @@ def add_metadata_call(tally: TraceTally, rank: str, name, in_elems, dtype, group
     if size is None or not isinstance(in_elems, int) or isinstance(in_elems, bool) or in_elems < 0:
         tally.unreadable += count
         return
-    add_sized(tally, rank, collective, in_elems * size, group, count)
+    if collective == "alltoallv" and splits == EQUAL:  # no split sizes: an equal split, an all-to-all
+        collective, splits = "alltoall", None
+    elif collective == "alltoallv" and splits is None:
+        tally.note("all_to_allv calls whose per-peer sizes were cut short or unreadable are tallied as split "
+                   "unknown and priced as uniform")
+    add_sized(tally, rank, collective, in_elems * size, group, count, None if splits == EQUAL else splits)
 
 
 def _tensor_type(dtype) -> bool:
