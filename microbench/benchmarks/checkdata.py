@@ -144,6 +144,8 @@ def stream_verify(b: Buffers, c: Context, it: int) -> int:
 # ------------------------------------------------------------------------- all-to-all-v (issue 42)
 def alltoallv_fill(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> None:
     """Each rank's block for peer j is ``matrix[rank, j]`` values salted with j, back to back; receive poisoned."""
+    import numpy as np
+
     row = matrix[c.rank]
     b.send[:int(row.sum())] = np.concatenate([data(c.rank, it, int(k), salt=dst) for dst, k in enumerate(row)])
     b.recv[...] = POISON
@@ -151,6 +153,8 @@ def alltoallv_fill(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> None:
 
 def alltoallv_verify(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> int:
     """The blocks of every source in rank order, and the rest of the receive buffer left poisoned."""
+    import numpy as np
+
     column = matrix[:, c.rank]
     total = int(column.sum())
     expected = np.concatenate([data(src, it, int(k), salt=c.rank) for src, k in enumerate(column)])
