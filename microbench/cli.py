@@ -14,7 +14,6 @@ import contextlib
 import importlib
 import os
 import sys
-import traceback
 import warnings
 from typing import Iterator
 
@@ -51,8 +50,38 @@ EXIT_STATUSES = """exit status:
   130 interrupted; 141 the reader of the output went away"""
 
 
+def _argparse_without_catalog_lookups() -> None:
+    """argparse looks each of its messages up in gettext's catalogs at every call: a stat of
+    ``<prefix>/share/locale/<language>/LC_MESSAGES/messages.mo`` per language $LANG expands to (four for
+    en_US.UTF-8), some 25 calls per command line, on every rank. Python ships no catalog for that domain; where
+    none is installed the messages are the same without the lookups (checked once here)."""
+    import gettext
+
+    if gettext.find("messages") is None and not getattr(gettext, "_localedirs", {}).get("messages"):
+        argparse._ = lambda message: message
+        argparse.ngettext = lambda singular, plural, n: singular if n == 1 else plural
+
+
+_argparse_without_catalog_lookups()
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help as written (descriptions keep their lines), as wide as the terminal; the width is read from the
+    terminal here, not by argparse through ``shutil`` (which a measuring rank would import for nothing)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        if width is None:
+            width = launch.terminal_columns(80) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of exiting, and prints help on rank 0 only."""
+    """argparse that raises UsageError instead of exiting, and prints help on rank 0 only; its help formatter is
+    ``Formatter`` unless a caller names another."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(message)
@@ -71,7 +100,7 @@ def _verb_in(argv: list[str]) -> str | None:
 def build_parser(argv: list[str] | None = None) -> Parser:
     """The parser; only the verb named in ``argv`` gets its arguments (and its module imported)."""
     parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."), epilog=EXIT_STATUSES,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     sub.required = True
@@ -89,8 +118,7 @@ def build_parser(argv: list[str] | None = None) -> Parser:
                 raise UsageError(f"the {verb} verb is not in this build ({exc.name} is missing)") from None
             raise
         description = getattr(module, "HELP", None) or module.__doc__ or help_text
-        p = sub.add_parser(verb, help=help_text, description=description.strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(verb, help=help_text, description=description.strip(), formatter_class=Formatter)
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser
@@ -127,6 +155,8 @@ def _abort_job(exc: BaseException) -> int:
          + ("(a bug)" if _debug() else "(a bug; set MICROBENCH_DEBUG=1 for the traceback)"))
     if _debug():
         with contextlib.suppress(Exception):
+            import traceback
+
             traceback.print_exc()
     _end_job(EXIT_INTERNAL)
     return EXIT_INTERNAL
@@ -139,6 +169,8 @@ def _system_error(exc: OSError) -> int:
     _say(f"microbench: {_where()}error: {name}{printable(exc.strerror or str(exc))}")
     if _debug():
         with contextlib.suppress(Exception):
+            import traceback
+
             traceback.print_exc()
     _end_job(EXIT_USAGE)
     return EXIT_USAGE

@@ -5,7 +5,7 @@ Pairs (each command against its floor, run in the same round, in a shuffled orde
 
 - ``microbench --version`` against ``python -c "import numpy"`` (target: within 1.5x);
 - ``microbench run --np 2 allreduce -m 8 -i 100 -x 10`` against ``mpiexec -n 2 python -c "from mpi4py import MPI;
-  import numpy"`` with the mpiexec and environment microbench's ``--np`` uses (target: within 2.5x);
+  import numpy"`` with the mpiexec and environment microbench's ``--np`` uses (target: within 2.0x, issue 46);
 - the same run under that mpiexec without ``--np`` (what a launcher-started run pays), against the same floor.
 
 A figure is the median wall time over rounds; a ratio is the median over rounds of the ratio within a round.
@@ -30,7 +30,7 @@ import time
 from microbench.cluster.launch import mpiexec_command
 from microbench.cluster.mpi_runtime import import_mpi, library
 
-TARGETS = {"version": 1.5, "run --np 2": 2.5}
+TARGETS = {"version": 1.5, "run --np 2": 2.0}
 
 
 def commands() -> dict[str, tuple[list[str], dict[str, str]]]:

@@ -59,6 +59,18 @@ def test_llc_from_sysfs(tmp_path):
     assert last_level_cache_bytes(str(tmp_path / "missing")) is None
 
 
+def test_llc_is_the_highest_level_whatever_the_index_order(tmp_path):
+    """Only the highest levels' type and size are read: the answer must not depend on the indexes' order."""
+    for name, level, kind, size in (("index0", 3, "Unified", "16384K"), ("index1", 4, "Instruction", "8K"),
+                                    ("index2", 1, "Data", "48K"), ("index3", 2, "Unified", "1024K")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 16 * MiB
+
+
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     out = tmp_path_factory.mktemp("cache") / "r.jsonl"

@@ -320,6 +320,7 @@ def test_rocm_is_named_in_the_run_record_and_every_result(monkeypatch):
     from microbench.cluster.world import Layout
     from microbench.options import plan_size
     from microbench.records import build
+    from microbench.records.figures import Figures, LoopFacts
     from microbench.measure.stats import summarize
 
     transport = _transport(54 << 20, runtime="rocm")
@@ -329,8 +330,8 @@ def test_rocm_is_named_in_the_run_record_and_every_result(monkeypatch):
     coll = COLLECTIVES["allreduce"]
     plan = plan_size(coll, 8, 2, DTYPES["float32"], True)
     latency = summarize(np.array([10.0, 11.0, 12.0]), _OneRank())
-    figures = build.Figures(latency, None, None, 3, 0, 0, 0.1)
-    facts = build.LoopFacts("python", "torch", "cuda_events", None, None)
+    figures = Figures(latency, None, None, 3, 0, 0, 0.1)
+    facts = LoopFacts("python", "torch", "cuda_events", None, None)
     layout = Layout(["n0", "n0"], {"n0": 2}, [])
     result = build.result_record(run_id="r1", coll=coll, plan=plan, requested=8, dtype=DTYPES["float32"],
                                  in_place=True, opts=opts, nranks=2, transport=transport, layout=layout, cache="warm",

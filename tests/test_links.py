@@ -179,13 +179,14 @@ def test_the_inspector_plugins_file_gives_the_algorithm_when_the_run_loaded_it(t
 def test_a_host_whose_links_cannot_be_read_is_a_note_not_a_stopped_rank(monkeypatch):
     import msgspec
 
+    from microbench.cluster import links as host_links
     from microbench.records import model
     from microbench.run import peaks
 
     def broken(*_args):
         raise PermissionError("/sys/class/net: permission denied")
 
-    monkeypatch.setattr(peaks.host_links, "read_host", broken)
+    monkeypatch.setattr(host_links, "read_host", broken)
     found = peaks._read_links()
     assert found["notes"] == ["links not read: PermissionError: /sys/class/net: permission denied"]
     msgspec.convert(found, model.HostLinks)  # a block the record model takes

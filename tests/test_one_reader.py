@@ -29,6 +29,7 @@ OTHER_INPUTS = {
     "benchmarks/workload_sizes.py": "a `microbench workload --json` file (--sizes-from)",
     "benchmarks/splits.py": "a split file of weights (--splits file:PATH, --routing file:PATH), text",
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
+    "cluster/cache_folder.py": "what microbench remembers between launches in its cache folder (mpicc -show, the launcher)",
     "cluster/facts.py": "/proc and /sys facts of the machine",
     "cluster/machine.py": "/proc/loadavg, /proc/stat and /proc/PID/stat (what else the host was doing)",
     "cluster/launch.py": "writes the --np parent's signal note",
@@ -57,7 +58,6 @@ OTHER_INPUTS = {
     "workload/traces/jsonread.py": "communication traces (Kineto, execution traces), streamed",
     "workload/traces/nccl_profiler.py": "NCCL profiler plugin output (JSON lines of events, not records)",
     "workload/traces/inspector.py": "NCCL Inspector plugin files (JSON lines of a job's operations, not records)",
-    "results/expected.py": "the reference table of expected values it ships (TOML)",
     "workload/traces/source.py": "opens a communication trace (plain or gzip)",
     # issue 45: the doctor
     "doctor/hosts.py": "an Open MPI / MPICH host file (the nodes a launch should reach)",

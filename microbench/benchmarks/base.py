@@ -6,8 +6,10 @@ A leaf: the table (``table.py``), its check data (``checkdata.py``) and the buff
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # pragma: no cover - numpy is imported by what makes the arrays
+    import numpy as np
 
 
 @dataclass(frozen=True)

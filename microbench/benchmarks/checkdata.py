@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # pragma: no cover - numpy is imported where the data is made (the --np parent never does)
+    import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
     from microbench.benchmarks.base import Buffers, Context
 
 #: Poison written into receive buffers before a checked iteration; valid data is never 0.
@@ -22,12 +22,16 @@ POISON = 0
 
 def data(src: int, it: int, n: int, offset: int = 0, salt: int = 0) -> np.ndarray:
     """The n values rank ``src`` sends in iteration ``it`` (``salt``: its destination, for alltoall)."""
+    import numpy as np
+
     idx = np.arange(offset, offset + n, dtype=np.int64)
     return (src * 7 + salt * 13 + it * 3 + idx) % 61 + 1
 
 
 def reduction_input(rank: int, nranks: int, it: int, count: int, op: str) -> np.ndarray:
     """A reduction's input on ``rank``: 1 or 2 per element, so that sum, max and min results are known."""
+    import numpy as np
+
     idx = np.arange(count, dtype=np.int64)
     mine = (idx % nranks) == ((rank + it) % nranks)
     return (2 - mine) if op == "min" else (1 + mine)
@@ -47,6 +51,8 @@ def check_max_value(reduces: bool, op: str, nranks: int) -> int:
 
 def mismatches(got: np.ndarray, expected) -> int:
     """Elements of ``got`` that differ from ``expected``."""
+    import numpy as np
+
     return int(np.count_nonzero(got != expected))
 
 
@@ -89,6 +95,8 @@ def allgather_fill(b: Buffers, c: Context, it: int) -> None:
 
 
 def allgather_verify(b: Buffers, c: Context, it: int) -> int:
+    import numpy as np
+
     block = b.recv.size // c.nranks
     return mismatches(b.recv, np.concatenate([data(src, it, block) for src in range(c.nranks)]))
 
@@ -102,12 +110,16 @@ def broadcast_verify(b: Buffers, c: Context, it: int) -> int:
 
 
 def alltoall_fill(b: Buffers, c: Context, it: int) -> None:
+    import numpy as np
+
     block = b.send.size // c.nranks
     b.send[...] = np.concatenate([data(c.rank, it, block, salt=dst) for dst in range(c.nranks)])
     b.recv[...] = POISON
 
 
 def alltoall_verify(b: Buffers, c: Context, it: int) -> int:
+    import numpy as np
+
     block = b.recv.size // c.nranks
     return mismatches(b.recv, np.concatenate([data(src, it, block, salt=c.rank) for src in range(c.nranks)]))
 
@@ -132,6 +144,8 @@ def stream_verify(b: Buffers, c: Context, it: int) -> int:
 # ------------------------------------------------------------------------- all-to-all-v (issue 42)
 def alltoallv_fill(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> None:
     """Each rank's block for peer j is ``matrix[rank, j]`` values salted with j, back to back; receive poisoned."""
+    import numpy as np
+
     row = matrix[c.rank]
     b.send[:int(row.sum())] = np.concatenate([data(c.rank, it, int(k), salt=dst) for dst, k in enumerate(row)])
     b.recv[...] = POISON
@@ -139,6 +153,8 @@ def alltoallv_fill(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> None:
 
 def alltoallv_verify(b: Buffers, c: Context, it: int, matrix: np.ndarray) -> int:
     """The blocks of every source in rank order, and the rest of the receive buffer left poisoned."""
+    import numpy as np
+
     column = matrix[:, c.rank]
     total = int(column.sum())
     expected = np.concatenate([data(src, it, int(k), salt=c.rank) for src, k in enumerate(column)])

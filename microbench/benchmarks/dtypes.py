@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 from microbench.errors import UsageError
 
 
 @dataclass(frozen=True)
 class DType:
-    """An element type: its name, size in bytes, numpy type (None where numpy has none)."""
+    """An element type: its name, size in bytes, numpy type (``numpy``: None where numpy has none)."""
 
     name: str
     itemsize: int
-    numpy: np.dtype | None
     #: Largest integer every value up to which the type holds exactly (sums in --check stay below it).
     exact_int_limit: int
 
+    @property
+    def numpy(self) -> np.dtype | None:
+        """The numpy type; bfloat16's is looked up the first time it is asked for (ml_dtypes is imported then)."""
+        return _numpy_dtype(self.name)
 
-def _bfloat16_numpy() -> np.dtype | None:
-    """numpy has no bfloat16; ml_dtypes (installed with the torch extra) provides one."""
-    try:
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype | None:
+    import numpy as np
+
+    if name != "bfloat16":
+        return np.dtype(name)
+    try:  # numpy has no bfloat16; ml_dtypes (installed with the torch extra) provides one
         import ml_dtypes
 
         return np.dtype(ml_dtypes.bfloat16)
@@ -33,14 +44,14 @@ def _bfloat16_numpy() -> np.dtype | None:
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("float32", 4, np.dtype(np.float32), 2**24),
-        DType("float64", 8, np.dtype(np.float64), 2**53),
-        DType("float16", 2, np.dtype(np.float16), 2**11),
-        DType("bfloat16", 2, _bfloat16_numpy(), 2**8),
-        DType("int32", 4, np.dtype(np.int32), 2**31 - 1),
-        DType("int64", 8, np.dtype(np.int64), 2**63 - 1),
-        DType("int8", 1, np.dtype(np.int8), 127),
-        DType("uint8", 1, np.dtype(np.uint8), 255),
+        DType("float32", 4, 2**24),
+        DType("float64", 8, 2**53),
+        DType("float16", 2, 2**11),
+        DType("bfloat16", 2, 2**8),
+        DType("int32", 4, 2**31 - 1),
+        DType("int64", 8, 2**63 - 1),
+        DType("int8", 1, 127),
+        DType("uint8", 1, 255),
     )
 }
 

@@ -26,12 +26,13 @@ configuration.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # pragma: no cover - numpy where a matrix is made: the --np parent only parses a pattern
+    import numpy as np
 
 from microbench.errors import UsageError
 
@@ -65,6 +66,8 @@ class SplitPattern:
 
     def digest(self) -> str:
         """The first 8 hex digits of the SHA-256 of a file pattern's weights (repr of each, row by row)."""
+        import hashlib
+
         text = "\n".join(" ".join(repr(float(w)) for w in row) for row in self.rows or ())
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
@@ -87,6 +90,8 @@ class SplitPattern:
         return w.T.copy() if self.transposed else w
 
     def _weights(self, nranks: int) -> np.ndarray:
+        import numpy as np
+
         n = nranks
         if self.kind == "uniform":
             return np.ones((n, n))
@@ -122,6 +127,8 @@ UNIFORM = SplitPattern("uniform")
 
 @functools.lru_cache(maxsize=64)
 def _matrix(pattern: SplitPattern, count: int, n: int) -> np.ndarray:
+    import numpy as np
+
     w = pattern.weights(n)
     totals = w.sum(axis=1)
     heaviest = totals.max()

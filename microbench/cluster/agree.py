@@ -6,13 +6,12 @@ broadcast, so rank 0 can print it and every rank exits with the same status.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
-import numpy as np
+import zlib
 
 from microbench.errors import RunError, UsageError
 
+# numpy is imported in the functions that reduce across ranks: the --np parent checks options with this module
+# before any rank exists, and never loads it (docs/startup.md).
 
 def raise_if_any(reducer, error: Exception | None) -> None:
     """Collective: if any rank passes an error, raise it (with its rank) on every rank."""
@@ -29,10 +28,25 @@ def raise_if_any(reducer, error: Exception | None) -> None:
     raise cls(message)
 
 
-def options_digest(options: dict) -> str:
-    """A short stable hash of options (and anything else every rank must share)."""
-    text = json.dumps(options, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def options_digest(options: dict) -> int:
+    """A stable 63-bit checksum of options (and anything else every rank must share): CRC-32 and Adler-32 of their
+    canonical text (``canonical``). A difference between ranks is an accident to catch, not an attack to resist,
+    and zlib is loaded already (hashlib would load OpenSSL on every rank)."""
+    text = canonical(options).encode()
+    return (zlib.crc32(text) << 31) | (zlib.adler32(text) >> 1)
+
+
+def canonical(value) -> str:
+    """The same text for equal values on every rank: dict keys sorted, lists and tuples alike, others by repr
+    (str for what has no stable repr of its own)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{canonical(str(k))}:{canonical(v)}" for k, v in sorted(value.items(),
+                                                                                      key=lambda kv: str(kv[0]))) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(canonical(v) for v in value) + "]"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    return repr(str(value))
 
 
 def check_same_everywhere(reducer, what: str, value: dict) -> None:
@@ -41,8 +55,9 @@ def check_same_everywhere(reducer, what: str, value: dict) -> None:
     Compares a 64-bit hash with two allreduces; only when they differ are the values gathered to name
     the first differing key.
     """
-    digest = options_digest(value)
-    h = np.array([int(digest[:15], 16)], dtype=np.int64)
+    import numpy as np
+
+    h = np.array([options_digest(value)], dtype=np.int64)
     lo, hi = reducer.allreduce(h, "min")[0], reducer.allreduce(h, "max")[0]
     if lo == hi:
         return
@@ -64,25 +79,35 @@ def check_same_everywhere(reducer, what: str, value: dict) -> None:
 
 def max_of(reducer, value: float) -> float:
     """The largest ``value`` over all ranks."""
+    import numpy as np
+
     return float(reducer.allreduce(np.array([value], dtype=np.float64), "max")[0])
 
 
 def sum_of(reducer, value: int) -> int:
     """The sum of an integer ``value`` over all ranks."""
+    import numpy as np
+
     return int(reducer.allreduce(np.array([value], dtype=np.int64), "sum")[0])
 
 
 def mean_of(reducer, value: float) -> float:
     """The mean of a float ``value`` over all ranks."""
+    import numpy as np
+
     return float(reducer.allreduce(np.array([value], dtype=np.float64), "sum")[0]) / reducer.size
 
 
 def any_rank(reducer, flag: bool) -> bool:
     """Whether ``flag`` is true on at least one rank."""
+    import numpy as np
+
     return bool(reducer.allreduce(np.array([int(flag)], dtype=np.int64), "max")[0])
 
 
 def lowest_rank_where(reducer, flag: bool) -> int | None:
     """The lowest rank on which ``flag`` is true, or None when it is true nowhere."""
+    import numpy as np
+
     first = int(reducer.allreduce(np.array([reducer.rank if flag else reducer.size], dtype=np.int64), "min")[0])
     return None if first >= reducer.size else first

@@ -9,8 +9,6 @@ import os
 import platform
 import re
 
-import numpy as np
-
 import microbench
 
 from microbench.cluster.conditions import split_env
@@ -42,6 +40,8 @@ def slurm_metadata() -> dict | None:
 
 
 def versions() -> dict:
+    import numpy as np
+
     out = {"microbench": microbench.__version__, "python": platform.python_version(), "numpy": np.__version__}
     try:
         import mpi4py

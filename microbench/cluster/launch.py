@@ -7,14 +7,13 @@ Read before MPI is initialised, so that errors can be printed by rank 0 only and
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
 
 from microbench.errors import RunError, UsageError
 
@@ -84,7 +83,7 @@ def _launcher_name(found: str, env: dict) -> str:
 def discover(env: dict | None = None) -> LaunchInfo:
     """Read rank, size and local rank from the environment of mpiexec, srun or torchrun."""
     env = os.environ if env is None else env
-    host = socket.gethostname()
+    host = os.uname().nodename  # what socket.gethostname() returns, without importing socket on every rank
     for name, rank_var, size_var, local_var, local_size_var in _LAUNCHER_VARS:
         if rank_var not in env:
             continue
@@ -137,6 +136,8 @@ def mpiexec_command(mpi_prefix: str | None, abi: str, nranks: int) -> tuple[list
         if os.access(candidate, os.X_OK):
             exe = candidate
     if exe is None:
+        import shutil
+
         exe = shutil.which("mpiexec") or shutil.which("mpirun")
     if exe is None:
         raise FileNotFoundError("no mpiexec found beside the MPI library or on PATH")
@@ -202,24 +203,24 @@ def self_launch(argv: list[str], nranks: int, launched: Callable[[subprocess.Pop
     """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command (``launched`` is
     called with mpiexec's process, started in a session of its own; ``on_signal``, when given, is told a signal's
     name instead of the line a run prints about its records)."""
-    from microbench.cluster.mpi_runtime import import_mpi, library
+    import subprocess
 
-    MPI = import_mpi(initialize=False)
-    lib = library(MPI)
+    from microbench.cluster.mpi_runtime import launcher_library
+
+    prefix, abi = launcher_library()  # remembered between launches: the parent loads no MPI (docs/startup.md)
     try:
-        cmd, extra_env = mpiexec_command(lib.prefix, lib.abi, nranks)
+        cmd, extra_env = mpiexec_command(prefix, abi, nranks)
     except FileNotFoundError as exc:
         raise RunError(f"cannot start {nranks} ranks: {exc}") from exc
     cmd += self_launch_argv(_strip_np(argv))
     env = {**os.environ, **extra_env, "MICROBENCH_LAUNCHED_BY": "microbench --np"}
     # rank 0's output reaches the terminal through mpiexec's pipes: say whether a person is watching
     env.setdefault("MICROBENCH_PROGRESS", "1" if (sys.stdout.isatty() and sys.stderr.isatty()) else "0")
-    env.setdefault("MICROBENCH_COLUMNS", str(shutil.get_terminal_size((100, 24)).columns))
-    # The signal this process gets, for the ranks' end record (mpiexec turns a Ctrl-C into SIGTERM for them).
-    note = tempfile.NamedTemporaryFile(prefix="microbench-signal-", delete=False)
-    note.close()
-    os.unlink(note.name)
-    env["MICROBENCH_SIGNAL_NOTE"] = note.name
+    env.setdefault("MICROBENCH_COLUMNS", str(terminal_columns()))
+    # The signal this process gets, for the ranks' end record (mpiexec turns a Ctrl-C into SIGTERM for them):
+    # a name of this process's own in the temporary folder, written only when a signal comes
+    note = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"microbench-signal-{os.getpid()}-{os.urandom(4).hex()}")
+    env["MICROBENCH_SIGNAL_NOTE"] = note
     sys.stdout.flush()
     # mpiexec in a session of its own: a Ctrl-C reaches this process alone, which notes it for the ranks and
     # then passes it on (mpiexec forwards it to the ranks, which close their records); should this process be
@@ -232,7 +233,7 @@ def self_launch(argv: list[str], nranks: int, launched: Callable[[subprocess.Pop
     def forward(signum, frame):
         name = signal.Signals(signum).name
         if not received:
-            with open(note.name, "w") as f:
+            with open(note, "w") as f:
                 f.write(name)
             if on_signal is not None:
                 on_signal(name)
@@ -249,10 +250,26 @@ def self_launch(argv: list[str], nranks: int, launched: Callable[[subprocess.Pop
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if os.path.exists(note.name):
-            os.unlink(note.name)
+        if os.path.exists(note):
+            os.unlink(note)
     # signalled, this process ends as a signalled command does: 128 + the signal number, whatever mpiexec says
     return 128 + received[0] if received else status
+
+
+def terminal_columns(default: int = 100) -> int:
+    """The terminal's width as ``shutil.get_terminal_size((default, 24))`` gives it ($COLUMNS, else stdout's
+    terminal, else ``default``), without importing shutil (and the bz2 and lzma it brings) in a rank or the
+    ``--np`` parent."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or default
 
 
 def _strip_np(argv: list[str]) -> list[str]:

@@ -41,6 +41,8 @@ def answers() -> dict:
     """NVML's answers on this host (``{"about", "gpus", "notes"}``); no GPU, no driver or no nvidia-ml-py:
     no GPUs, and a note where an NVIDIA driver is present but NVML could not be asked."""
     driver_present = Path("/proc/driver/nvidia").exists()
+    if not driver_present and not Path("/dev/nvidiactl").exists():
+        return {"about": None, "gpus": [], "notes": []}  # NVML needs the driver's device: pynvml is not loaded
     try:
         import pynvml
     except ImportError:

@@ -14,8 +14,6 @@ missing (not Linux) there is no snapshot and no state is recorded. GPU processes
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -132,6 +130,9 @@ def state(start: Snapshot | None, end: Snapshot, own: set[int], host: str,
 def gpu_processes(own: set[int], gpus: set[str] | None = None, timeout: float = 5.0) -> list[dict] | None:
     """Other processes with a context on this host's NVIDIA GPUs (only ``gpus``, UUIDs, when given), from
     ``nvidia-smi``; None where it is missing or does not answer in ``timeout`` seconds."""
+    import shutil
+    import subprocess
+
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None

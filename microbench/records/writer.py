@@ -10,7 +10,6 @@ which pass the record model; ``append_whole`` writes a batch (an import) that la
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 import json
 import os
@@ -209,6 +208,8 @@ class Output:
     def _csv_row(self, result: dict) -> None:
         """One CSV row, after the header if the file is empty: decided under an exclusive lock on the file, so
         two runs writing to one new CSV file write one header between them."""
+        import csv  # with --csv only
+
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
         with _locked(self._csv.fd):

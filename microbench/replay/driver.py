@@ -75,7 +75,7 @@ def _open_records(args, world):
     """Collective: rank 0 opens the one writer on ``--out`` as ``run --out`` does (missing folders made; an error
     there ends every rank with its message), a run id is shared, and every rank's host gathered.
     Returns (the writer or None, run id, ``cluster.world.Layout``)."""
-    import uuid
+    import os
 
     from microbench.cluster import facts
     from microbench.cluster.world import gather_layout
@@ -89,7 +89,7 @@ def _open_records(args, world):
         except OSError as exc:
             error = UsageError(f"--out {args.out}: cannot write there ({exc.strerror or exc})")
     raise_if_any(world.reducer, error)
-    run_id = world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None, root=0)
+    run_id = world.reducer.bcast(os.urandom(6).hex() if world.rank == 0 else None, root=0)
     return out, run_id, gather_layout(world.reducer, facts.versions(), "")
 
 

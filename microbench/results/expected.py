@@ -46,7 +46,7 @@ class Row:
 @lru_cache(maxsize=1)
 def rows() -> tuple[Row, ...]:
     """The reference table."""
-    data = tomllib.loads(TABLE_PATH.read_text())
+    data = tomllib.loads(__loader__.get_data(str(TABLE_PATH)).decode())  # an install's file, or a zipapp's
     return tuple(Row(**row) for row in data.get("row", []))
 
 

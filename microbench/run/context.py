@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from microbench.cluster.nodes import NodePlane
 from microbench.cluster.world import Layout, World
 from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport
 from microbench.options import RunOptions
-from microbench.records import Output
 from microbench.run.machine_state import MachineWatch
-from microbench.run.terminal import Progress
 from microbench.run.watchdog import Watchdog
+
+if TYPE_CHECKING:  # pragma: no cover - rank 0's alone: the other ranks never import the writer or the table
+    from microbench.records import Output
+    from microbench.run.terminal import Progress
 
 
 @dataclass
@@ -26,8 +29,8 @@ class RunContext:
     hooks: FaultHooks
     watchdog: Watchdog
     run_id: str
-    out: Output | None = None
-    progress: Progress | None = None
+    out: "Output | None" = None
+    progress: "Progress | None" = None
     nodes: NodePlane | None = None  #: per-node summaries on the control plane (microbench.cluster.nodes)
     peaks: object | None = None  #: rank 0: the hosts' links and path peaks (microbench.run.peaks.RunPeaks)
     tuning: object | None = None  #: this rank's NCCL debug file with --nccl-algo (cluster.nccl_tuning.TuningLog)

@@ -9,8 +9,9 @@ that dies keeps every size it finished.
 
 from __future__ import annotations
 
+import os
 import sys
-import uuid
+from typing import TYPE_CHECKING
 
 from microbench.benchmarks.table import Collective
 from microbench.cluster import agree, launch
@@ -22,15 +23,19 @@ from microbench.measure.device import DeviceChoice
 from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport, open_transport, select_device
 from microbench.options import RunOptions, collective_for
-from microbench.records import Output, build
-from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
 from microbench.run import peaks as run_peaks
-from microbench.run import preflight, sweep, terminal
+from microbench.run import preflight, sweep
 from microbench.run import watchdog
 from microbench.run.context import RunContext
+from microbench.run.diagnostics import soak
 from microbench.run.machine_state import MachineWatch
-from microbench.run.diagnostics import bisection, pairs, soak
-from microbench.run.terminal import Progress, TerminalTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from microbench.run.diagnostics import bisection, pairs
+
+# What only rank 0 runs (the records, the table, the run id) and what only some options run (the pairwise test,
+# the bisection, NCCL's tuning log) is imported where it is used: a measuring rank imports what it runs
+# (docs/startup.md; tests/test_startup_budget.py holds the count).
 
 
 def run(args, argv: list[str]) -> int:
@@ -54,8 +59,15 @@ def run(args, argv: list[str]) -> int:
     starts = watch.start_states(world.reducer, rc.layout.hosts_by_rank, rc.transport.device.runtime
                                 or rc.transport.device.kind, [g.get("uuid") for g in rc.transport.gpus or ()
                                                               if isinstance(g, dict) and g.get("uuid")])
-    pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
-    bisect_plan = bisection.plan(rc.nodes.nodes, opts) if opts.bisect else None
+    pairs_plan = bisect_plan = None
+    if opts.pairs:
+        from microbench.run.diagnostics import pairs
+
+        pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial)
+    if opts.bisect:
+        from microbench.run.diagnostics import bisection
+
+        bisect_plan = bisection.plan(rc.nodes.nodes, opts)
     cycles = soak.Soak(rc)
     if world.rank == 0:
         _open_records(rc, state, argv, pairs_plan, cycles, starts)
@@ -81,14 +93,18 @@ def run(args, argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisection.Plan | None) -> list[str]:
+def _measure(rc: RunContext, pairs_plan: "pairs.Plan | None", bisect_plan: "bisection.Plan | None") -> list[str]:
     """Collective: every benchmark's sweep, then the pairwise test and the bisection; what failed its check."""
     failed = []
     for name in rc.opts.benchmarks:
         failed += [f"{name} {size}" for size in run_benchmark(rc, collective_for(rc.opts, name))]
     if pairs_plan is not None:
+        from microbench.run.diagnostics import pairs
+
         failed += pairs.run_pairs(rc, pairs_plan)
     if bisect_plan is not None:
+        from microbench.run.diagnostics import bisection
+
         failed += bisection.run_bisection(rc, bisect_plan)
     return failed
 
@@ -96,6 +112,8 @@ def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisecti
 def run_benchmark(rc: RunContext, coll: Collective) -> list[int]:
     """Collective: one benchmark's table header (rank 0), then its sweep; the sizes whose check failed."""
     if rc.out is not None:
+        from microbench.run import terminal
+
         section = terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host))
         # the path's peak and each size's share of it, where the data crosses a link (not shared memory alone)
         if rc.peaks is not None and not coll.nonblocking and rc.peaks.crosses_a_link(coll, rc.layout, rc.nranks):
@@ -110,7 +128,11 @@ def set_up(world: World, opts: RunOptions, hooks: FaultHooks, guard: watchdog.Wa
     """Collective: transport (with its timed loop) -> hosts -> preflight; the run's context (records not opened).
 
     ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
-    tuning = TuningLog.ask_nccl() if opts.nccl_algo else InspectorLog.find()  # before NCCL starts
+    tuning = None
+    if opts.nccl_algo or os.environ.get("NCCL_INSPECTOR_ENABLE") == "1":
+        from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
+
+        tuning = TuningLog.ask_nccl() if opts.nccl_algo else InspectorLog.find()  # before NCCL starts
     transport = open_transport(world, opts, selected or select_device(opts))
     layout = gather_layout(world.reducer, facts.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)
@@ -120,10 +142,16 @@ def set_up(world: World, opts: RunOptions, hooks: FaultHooks, guard: watchdog.Wa
         print("microbench: warning: --nccl-algo: NCCL_DEBUG, NCCL_DEBUG_SUBSYS or NCCL_DEBUG_FILE is set already; "
               "NCCL's algorithms are not recorded", file=sys.stderr, flush=True)
     rc = RunContext(opts, world, layout, transport, hooks, guard,
-                    run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
+                    run_id=world.reducer.bcast(_new_run_id() if world.rank == 0 else None),
                     nodes=NodePlane.build(world.reducer, layout.hosts_by_rank), peaks=peaks)
     rc.tuning = tuning
     return rc
+
+
+def _new_run_id() -> str:
+    """Rank 0: the run's id, 12 random hex digits (48 bits from the kernel's random source, as the first 12 digits
+    of a random UUID are; the uuid module would load its C part and ctypes' library search for them)."""
+    return os.urandom(6).hex()
 
 
 def read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
@@ -156,6 +184,8 @@ def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pai
                   machine: list[dict] | None = None) -> None:
     """Rank 0: the progress bar, the one writer, the run record, and the notes and warnings it carries."""
     from microbench.cluster.mpi_runtime import shadow_warning
+    from microbench.records import Output, build
+    from microbench.run.terminal import Progress, TerminalTable
 
     o = rc.opts
     pair_rounds = 2 * len(pairs_plan.schedule) * max(1, o.pair_repeats) if pairs_plan else 0
@@ -178,6 +208,8 @@ def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pai
 
 def _close_records(rc: RunContext, status: str, reason: str, cycles: soak.Soak) -> None:
     """Rank 0: the soak summary and the run's end record (called once, from whichever thread ends the run)."""
+    from microbench.records import build
+
     with rc.out.lock:  # no result or cycle record slips in between the summary and the end record
         cycles.close()
         machine = rc.machine_end

@@ -10,7 +10,6 @@ an error records rank 0's host alone (the other ranks may not answer).
 from __future__ import annotations
 
 import os
-import platform
 
 from microbench.cluster import launch, machine
 
@@ -32,7 +31,7 @@ class MachineWatch:
                      gpu_uuids: list[str] | None = None) -> list[dict] | None:
         """Collective: every host's state over the setup; the list on rank 0 (None elsewhere)."""
         pids = reducer.bcast(reducer.gather(os.getpid()), root=0)
-        host = platform.node()
+        host = os.uname().nodename
         self.leader = hosts_by_rank.index(hosts_by_rank[reducer.rank]) == reducer.rank
         self.with_gpus = device_kind == "cuda"
         self.gpus = set(gpu_uuids) if gpu_uuids else None
@@ -56,7 +55,7 @@ class MachineWatch:
         now = machine.snapshot()
         if now is None:
             return None
-        return machine.state(self.start, now, self.own, platform.node(), self._gpu())
+        return machine.state(self.start, now, self.own, os.uname().nodename, self._gpu())
 
     def _gpu(self) -> list[dict] | None:
         return machine.gpu_processes(self.own, self.gpus) if self.with_gpus else None

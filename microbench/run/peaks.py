@@ -8,12 +8,16 @@ the peak and the share are made.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from microbench.benchmarks.table import Collective
-from microbench.cluster import links as host_links
-from microbench.cluster import path_peak
-from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
 from microbench.cluster.world import Layout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
+
+# The links' readers (sysfs, tc, NVML) and the path peak are imported by the ranks that use them (each host's
+# lowest rank; rank 0): the other ranks never import them (docs/startup.md).
 
 
 @dataclass
@@ -24,7 +28,7 @@ class RunPeaks:
     links: dict[str, dict]
     across: dict  #: the path peak of a collective over every rank
     inside: dict  #: the path peak when no pair crosses hosts (point-to-point benchmarks)
-    tuning: TuningLog | InspectorLog | None = None  #: where NCCL's algorithm per size is read from
+    tuning: "TuningLog | InspectorLog | None" = None  #: where NCCL's algorithm per size is read from
     _cache: dict = field(default_factory=dict)
 
     def path_for(self, coll: Collective, layout: Layout, nranks: int) -> dict:
@@ -38,6 +42,8 @@ class RunPeaks:
         algo = self.tuning.choice(coll.name, result["size_bytes"], nranks) if self.tuning else None
         if algo:
             out["nccl_algo"] = algo
+        from microbench.cluster import path_peak
+
         block = path_peak.peak_block(self.path_for(coll, layout, nranks), result.get("busbw_gbps"),
                                      coll.directions, (algo or {}).get("algorithm"))
         if block is not None:
@@ -67,6 +73,8 @@ def gather(reducer, layout: Layout, device: str, gpus: list,
     found = reducer.gather(mine)
     if rank != 0:
         return None
+    from microbench.cluster import path_peak
+
     by_host = {hosts[r]: links for r, links in enumerate(found) if links is not None}
     gpus_by_rank = [g if isinstance(g, dict) else None for g in gpus] if gpus else None
     across = path_peak.path_peak(hosts, by_host, device, gpus_by_rank)
@@ -77,6 +85,8 @@ def gather(reducer, layout: Layout, device: str, gpus: list,
 def _read_links() -> dict:
     """This host's links; a failure to read them is a note in the record, never a rank that stops alone (the
     others would wait for it in the gather)."""
+    from microbench.cluster import links as host_links
+
     try:
         return host_links.read_host()
     except Exception as exc:  # noqa: BLE001 - recorded, the run goes on without this host's links

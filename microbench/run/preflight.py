@@ -19,7 +19,6 @@ from microbench.cluster import agree, facts
 from microbench.errors import RunError, UsageError, printable
 from microbench.measure.cache import cache_bytes_for, plan_pool
 from microbench.options import RunOptions, SizePlan, collective_for, dtype_for, plan_size
-from microbench.records import AppendFile
 from microbench.units import format_bytes, format_size
 
 MEMORY_HEADROOM = 0.9  #: use at most this share of the available memory
@@ -157,6 +156,8 @@ def preflight_local(opts: RunOptions) -> None:
 
 def check_writable(opts: RunOptions) -> None:
     """Every output file can be opened for appending (rank 0, before anything is measured)."""
+    from microbench.records import AppendFile
+
     for flag, path in (("--out", opts.out), ("--csv", opts.csv), ("--samples", opts.samples)):
         if not path:
             continue

@@ -11,19 +11,23 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from microbench.benchmarks.dtypes import DType
 from microbench.benchmarks.table import POISON, Collective, Context, pair_of, participates
 from microbench.cluster import agree
-from microbench.measure import engine, overlap, overlap_stats, stats
+from microbench.measure import engine, stats
 from microbench.measure.cache import PoolPlan, plan_pool, touched_slots
 from microbench.measure.loops import LaunchFacts
 from microbench.options import SizePlan, cache_passes, counts_for, dtype_for, plan_size
-from microbench.records import build
+from microbench.records.figures import Figures, LoopFacts
 from microbench.run.context import RunContext
 from microbench.run.diagnostics import stragglers
 from microbench.run.measure_pool import measure_on_pool
 from microbench.units import format_bytes, format_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from microbench.measure import overlap
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ def measure_pass(rc: RunContext, job: SizeJob, mode: str, first_call: bool) -> d
         _write_samples(rc, job, mode, m)
     if figures is None:
         return None
+    from microbench.records import build  # rank 0 alone builds records
+
     return build.result_record(run_id=rc.run_id, coll=job.coll, plan=job.plan, requested=job.requested,
                                dtype=job.dtype, in_place=job.ctx.in_place, opts=o, nranks=rc.nranks,
                                transport=rc.transport, layout=rc.layout, cache=mode, pool=pool_plan, loop=loop,
@@ -142,7 +148,7 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
     if coll.nonblocking:
         m.overlap = _measure_overlap(rc, job, pool, calls, loop, settings, m, backend.barrier(), copies)
     loop.launch = agree_launch(rc, loop.launch)  # the launch-bound verdict of the slowest rank, not rank 0's
-    facts = build.LoopFacts.of(loop)  # before time_fresh_calls runs the loop again
+    facts = LoopFacts.of(loop)  # before time_fresh_calls runs the loop again
     first_extra = []
     if first_call and rc.opts.first_call_samples > 1:
         first_extra = engine.time_fresh_calls(rc.opts.first_call_samples - 1, lambda: _fresh_call(rc, job), loop,
@@ -172,6 +178,8 @@ def agree_launch(rc: RunContext, launch: LaunchFacts | None) -> LaunchFacts | No
 def _measure_overlap(rc: RunContext, job: SizeJob, pool, calls, loop, settings: engine.LoopSettings,
                      m: engine.Measurement, barrier, copies: dict) -> overlap.OverlapMeasurement:
     """Non-blocking benchmarks: the overlapped iterations after t_pure (their check errors join the size's)."""
+    from microbench.measure import overlap
+
     result = overlap.measure(job.coll, job.ctx, pool.slots, calls, loop, settings, overlap.OverlapPlan.of(rc.opts),
                              m.samples_us if m.samples_us is not None else [], m.iterations, barrier,
                              lambda v: agree.mean_of(rc.reducer, v), rc.transport.cache_bytes, **copies)
@@ -190,7 +198,7 @@ def _fresh_call(rc: RunContext, job: SizeJob):
 
 
 def _summarize(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra: list[float], huge: int | None,
-               first_call: bool, started: float) -> build.Figures | None:
+               first_call: bool, started: float) -> Figures | None:
     """Collective: the cross-rank statistics of one pass; the figures on rank 0, None elsewhere."""
     latency = stats.summarize(m.samples_us, rc.reducer)
     first = None
@@ -201,11 +209,14 @@ def _summarize(rc: RunContext, job: SizeJob, m: engine.Measurement, first_extra:
         check = "pass" if agree.sum_of(rc.reducer, m.check_errors) == 0 else "fail"
     huge_total = agree.sum_of(rc.reducer, huge or 0)
     ranks, failures = stragglers.summarize(rc.nodes, rc.layout.hosts_by_rank, m.samples_us, m.check_errors)
-    overlap_figures = overlap_stats.summarize(m.overlap, rc.reducer, overlap.OverlapPlan.of(rc.opts)) \
-        if job.coll.nonblocking else None
+    overlap_figures = None
+    if job.coll.nonblocking:
+        from microbench.measure import overlap, overlap_stats
+
+        overlap_figures = overlap_stats.summarize(m.overlap, rc.reducer, overlap.OverlapPlan.of(rc.opts))
     if rc.rank != 0:
         return None
-    return build.Figures(latency, first, check, m.iterations, m.warmup, huge_total,
+    return Figures(latency, first, check, m.iterations, m.warmup, huge_total,
                          round(time.perf_counter() - started, 4), m.budget_estimate_s, ranks, failures,
                          overlap=overlap_figures)
 
@@ -214,5 +225,7 @@ def _write_samples(rc: RunContext, job: SizeJob, mode: str, m: engine.Measuremen
     """Collective: every rank's raw samples to rank 0, one samples record per timing rank."""
     gathered = rc.reducer.gather(None if m.samples_us is None else m.samples_us.tolist())
     if rc.out is not None:
+        from microbench.records import build
+
         rc.out.samples([build.samples_record(rc.run_id, job.coll.name, job.plan.size_bytes, mode, rank, samples)
                         for rank, samples in enumerate(gathered) if samples is not None])

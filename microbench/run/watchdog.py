@@ -18,10 +18,8 @@ thread between bytecodes.
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -111,22 +109,22 @@ class SignalGuard:
     """Takes SIGINT/SIGTERM in a thread: close the records (incomplete, or failed with another rank's error),
     exit 128 + signal.
 
-    Python's C-level handler writes each signal's number to a socket (``signal.set_wakeup_fd``) whichever thread
+    Python's C-level handler writes each signal's number to a pipe (``signal.set_wakeup_fd``) whichever thread
     the kernel picked, and the thread reads it there: the main thread may sit in MPI or in the C loop for as long
     as a size takes, and an MPI library's own threads may take process-directed signals."""
 
     def __init__(self, state: RunState, records: str | None = None):
         self.state, self.records = state, records
-        self._read, self._write = socket.socketpair()
-        self._write.setblocking(False)
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
         for signum in _HANDLED:
             signal.signal(signum, lambda signum, frame: None)  # the thread acts; the main thread goes on
-        signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._wait, name="microbench-signals", daemon=True)
         self._thread.start()
 
     def _wait(self) -> None:
-        signum = self._read.recv(1)[0]
+        signum = os.read(self._read, 1)[0]
         name = signal.Signals(signum).name
         status, reason = "incomplete", f"{name} during {self.state.where}"
         if signum == signal.SIGTERM and self.state.rank == 0 and _several_ranks():
@@ -169,6 +167,8 @@ def _notes(records: str | None) -> tuple[str | None, str | None]:
     """(the first failing rank's error, the signal the --np parent received). Both are written before the
     launcher signals rank 0 (the failing rank writes before it aborts; the parent before it passes the signal on),
     so they are read at once: the launcher kills rank 0 soon after its SIGTERM."""
+    import glob
+
     failures = sorted(glob.glob(glob.escape(records) + ".rank*.failed")) if records else []
     if failures:
         try:

@@ -7,11 +7,14 @@ in advance so that the timed loop does nothing but call it.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from microbench.benchmarks.table import MPI_CALLS, nonblocking_mpi_call
-from microbench.measure.backends.nonblocking import NonBlocking
+
+if TYPE_CHECKING:  # pragma: no cover
+    from microbench.measure.backends.nonblocking import NonBlocking
 
 _TAG_DATA, _TAG_ACK = 1, 2
 
@@ -140,7 +143,9 @@ class MPIBackend:
         return functools.partial(self.comm.Alltoallv, s, r)
 
     # Non-blocking collectives: the blocking call's arguments, posted with its MPI_I* twin -------------
-    def _nonblocking(self, blocking: functools.partial) -> NonBlocking:
+    def _nonblocking(self, blocking: functools.partial) -> "NonBlocking":
+        from microbench.measure.backends.nonblocking import NonBlocking  # non-blocking benchmarks alone
+
         name = blocking.func.__name__  # Allreduce -> Iallreduce, Bcast -> Ibcast
         start = getattr(self.comm, "I" + name[0].lower() + name[1:])
         return NonBlocking(functools.partial(start, *blocking.args), self.MPI.Request.Test, self.MPI.Request.Wait)

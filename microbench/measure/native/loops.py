@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from microbench.measure import compute_kernels
 from microbench.measure.loops import OVERLAP_PARTS, LoopBase, OverlapWork, PythonLoop, call_sequence
 from microbench.measure.native.toolchain import KINDS, MbCall, NativeUnavailable, same_version
 
@@ -48,7 +47,6 @@ def load(path: Path, expected_version: str) -> ctypes.CDLL:
     lib.mb_run_overlap.argtypes = [ctypes.POINTER(MbCall), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                    ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong,
                                    ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    compute_kernels.declare(lib)
     buf = ctypes.create_string_buffer(8192)
     lib.mb_library_version(buf, len(buf))
     same_version(buf.value.decode(errors="replace"), expected_version)
@@ -143,8 +141,11 @@ class NativeLoop(LoopBase):
             raise RuntimeError(f"native loop: MPI call failed with error code {rc}")
 
     def kernel_library(self) -> ctypes.CDLL:
-        """The compute kernels run from this loop's own library (the same build as the timed loop)."""
-        return self.lib
+        """The compute kernels run from this loop's own library (the same build as the timed loop); their
+        prototypes are set here, on first use (a run without non-blocking benchmarks never imports them)."""
+        from microbench.measure import compute_kernels
+
+        return compute_kernels.declare(self.lib)
 
     def time_compute(self, kernel, units: int, chunks: int, reps: int) -> np.ndarray:
         return kernel.time_in_c(units, chunks, reps)

@@ -1,31 +1,37 @@
 """Build and cache the native sources (``mbloop.c``, ``mbcall.c``, ``mbcompute.c``) with the MPI's mpicc.
 
-Imports nothing of microbench: the loops (``loops.py``) and the compute kernels build through it.
+Imports only the cache folder (``cluster.cache_folder``): the loops (``loops.py``) and the compute kernels build
+through it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import hashlib
 import os
 import re
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 from pathlib import Path
+
+from microbench.cluster.cache_folder import cache_dir, recall, remember
 
 SOURCE = Path(__file__).with_name("mbloop.c")
 SHIM_SOURCE = Path(__file__).with_name("mbcall.c")
 COMPUTE_SOURCE = Path(__file__).with_name("mbcompute.c")  #: included by mbloop.c
 
 
+def source_bytes(path: Path) -> bytes:
+    """A C source of the package, read through the package's loader: from the install's folder, or from inside a
+    zipapp (where no file of that name exists to open)."""
+    loader = globals().get("__loader__")
+    if loader is not None and hasattr(loader, "get_data"):
+        return loader.get_data(str(path))
+    return path.read_bytes()
+
+
 def _call_kinds(source: Path) -> dict[str, int]:
     """mbloop.c's call kinds (its ``MB_NAME = value`` enum), by lower-case name: the C file is their one
     definition, so a new kind is added there alone."""
-    block = re.search(r"enum\s*{(.*?)}", source.read_text(), re.S).group(1)
+    block = re.search(r"enum\s*{(.*?)}", source_bytes(source).decode(), re.S).group(1)
     return {name.lower(): int(value) for name, value in re.findall(r"MB_(\w+)\s*=\s*(\d+)", block)}
 
 
@@ -48,26 +54,21 @@ class MbCall(ctypes.Structure):
     ]
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("MICROBENCH_CACHE_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) / "microbench" if xdg else Path.home() / ".cache" / "microbench"
-
-
 def find_mpicc(mpi_prefix: str | None) -> str:
-    """The MPI C compiler wrapper that belongs to the loaded MPI."""
+    """The MPI C compiler wrapper that belongs to the loaded MPI ($MICROBENCH_MPICC, else the one beside the
+    library, else mpi4py's, else mpicc on PATH)."""
     override = os.environ.get("MICROBENCH_MPICC")
+    if not override and mpi_prefix:
+        candidate = Path(mpi_prefix) / "bin" / "mpicc"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    import shutil  # only past the common case: shutil brings bz2 and lzma
+
     if override:
         found = shutil.which(override)
         if not found:
             raise NativeUnavailable(f"MICROBENCH_MPICC={override} is not an executable")
         return found
-    if mpi_prefix:
-        candidate = Path(mpi_prefix) / "bin" / "mpicc"
-        if os.access(candidate, os.X_OK):
-            return str(candidate)
     try:
         import mpi4py
 
@@ -82,8 +83,10 @@ def find_mpicc(mpi_prefix: str | None) -> str:
     return found
 
 
-#: environment variables that change what an MPI compiler wrapper runs (Open MPI's, MPICH's, Intel MPI's)
-_WRAPPER_ENV = ("OMPI_", "MPICH_", "I_MPI_", "MPICC", "CC", "CFLAGS", "LDFLAGS")
+#: environment variables that change what an MPI compiler wrapper runs (Open MPI's, MPICH's, Intel MPI's): the
+#: compiler and flags, plain or behind a wrapper's prefix, and a relocated Open MPI's prefix. Not every OMPI_*:
+#: a launcher sets dozens per rank (OMPI_COMM_WORLD_RANK...), and the memo would never be found again.
+_WRAPPER_ENV = re.compile(r"(OPAL_PREFIX|I_MPI_ROOT|(OMPI_|MPICH_|I_MPI_|MPICC_)?(CC|CFLAGS|CPPFLAGS|LDFLAGS|LIBS))")
 
 
 def _compile_flags(mpicc: str) -> str:
@@ -94,25 +97,21 @@ def _compile_flags(mpicc: str) -> str:
         st = os.stat(mpicc)
     except OSError:
         return _ask_wrapper(mpicc)
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_WRAPPER_ENV))
+    env = sorted((k, v) for k, v in os.environ.items() if _WRAPPER_ENV.fullmatch(k))
+    import hashlib
+
     key = hashlib.sha256(repr((os.path.realpath(mpicc), st.st_size, st.st_mtime_ns, env)).encode()).hexdigest()[:16]
-    memo = cache_dir() / f"mpicc-show-{key}.txt"
-    try:
-        return memo.read_text()
-    except OSError:
-        pass
-    flags = _ask_wrapper(mpicc)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
-        tmp.write_text(flags)
-        os.replace(tmp, memo)
-    except OSError:
-        pass  # a cache folder this user cannot write: asked again next time
+    name = f"mpicc-show-{key}.txt"
+    flags = recall(name)
+    if flags is None:
+        flags = _ask_wrapper(mpicc)
+        remember(name, flags)  # a cache folder this user cannot write: asked again next time
     return flags
 
 
 def _ask_wrapper(mpicc: str) -> str:
+    import subprocess
+
     for flag in ("-show", "-showme", "--showme"):
         try:
             out = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=30)
@@ -125,6 +124,8 @@ def _ask_wrapper(mpicc: str) -> str:
 
 def _python_include() -> str:
     """Folder of this interpreter's Python.h (the C call shim needs it)."""
+    import sysconfig
+
     include = sysconfig.get_paths().get("include") or ""
     if not (Path(include) / "Python.h").exists():
         raise NativeUnavailable(f"no Python.h in {include or '?'} (install this Python's development headers, "
@@ -139,9 +140,11 @@ def build(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
 
 def build_shim(mpi_prefix: str | None, libmpi_path: str | None) -> Path:
     """Compile (or find in the cache) the C call shim, a Python extension module; returns its path."""
+    import sysconfig
+
     include = _python_include()
     # hidden: the module's only export is PyInit_mbcall, so its mb_* functions never bind to another copy
-    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE, COMPUTE_SOURCE], ["-fvisibility=hidden", f"-I{include}", f"-I{SOURCE.parent}"],
+    return _build_cached("mbcall", [SHIM_SOURCE, SOURCE, COMPUTE_SOURCE], ["-fvisibility=hidden", f"-I{include}"],
                          sysconfig.get_config_var("EXT_SUFFIX") or ".so", mpi_prefix, libmpi_path,
                          key_extra=[include, sys.version])
 
@@ -156,9 +159,12 @@ def _build_cached(name: str, sources: list[Path], flags: list[str], suffix: str,
     """Compile ``sources[0]`` (which may include the others) under a cache key of everything that matters."""
     mpicc = compiler or find_mpicc(mpi_prefix)
     stat = os.stat(libmpi_path) if libmpi_path and os.path.exists(libmpi_path) else None
-    key_text = b"\0".join([*(src.read_bytes() for src in sources), mpicc.encode(), _compile_flags(mpicc).encode(),
+    texts = [source_bytes(src) for src in sources]
+    key_text = b"\0".join([*texts, mpicc.encode(), _compile_flags(mpicc).encode(),
                            str(libmpi_path).encode(), str(stat.st_size if stat else "").encode(),
                            str(int(stat.st_mtime) if stat else "").encode(), *(x.encode() for x in key_extra)])
+    import hashlib
+
     key = hashlib.sha256(key_text).hexdigest()[:16]
     directory = cache_dir()
     try:
@@ -169,13 +175,29 @@ def _build_cached(name: str, sources: list[Path], flags: list[str], suffix: str,
     if target.exists():
         return target
     try:
-        return _compile(mpicc, directory, f"{name}-{key}", target, [*flags, str(sources[0])])
+        first = _on_disk(sources, texts, directory / f"src-{key}")
+        return _compile(mpicc, directory, f"{name}-{key}", target, [*flags, f"-I{first.parent}", str(first)])
     except OSError as exc:  # a cache folder this user cannot write, a full disk
         raise NativeUnavailable(f"cannot build in the cache directory {directory}: {exc}") from exc
 
 
+def _on_disk(sources: list[Path], texts: list[bytes], folder: Path) -> Path:
+    """``sources[0]`` as a file the compiler can open, beside the sources it includes: the package's own files in
+    an install, or copies in ``folder`` (in the cache) when the package runs from a zipapp."""
+    if all(src.is_file() for src in sources):
+        return sources[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    for src, text in zip(sources, texts):
+        (folder / src.name).write_bytes(text)
+    return folder / sources[0].name
+
+
 def _compile(mpicc: str, directory: Path, stem: str, target: Path, args: list[str]) -> Path:
     """Compile under a lock so that concurrent ranks build once; publish by atomic rename."""
+    import fcntl
+    import subprocess
+    import tempfile
+
     with open(directory / f"{stem}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

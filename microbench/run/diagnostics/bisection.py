@@ -33,6 +33,7 @@ from microbench.errors import UsageError
 from microbench.measure import engine
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
+from microbench.records.figures import LoopFacts
 from microbench.measure.outliers import OUTLIER_Z, flag_outliers
 from microbench.run.measure_pool import measure_on_pool
 
@@ -124,7 +125,7 @@ def _round_fields(number: int, test: Plan, groups: list[list[int]], halves_: lis
 
 
 def _record(rc: RunContext, test: Plan, rounds: list[dict], suspects: list[int], verdict: str, check: str | None,
-            loop: build.LoopFacts | None, started: float) -> dict:
+            loop: LoopFacts | None, started: float) -> dict:
     o = rc.opts
     coll = COLLECTIVES[o.bisect_benchmark]
     iterations, warmup = counts_for(o, coll, o.bisect_size)
@@ -166,7 +167,7 @@ def _measure_groups(rc: RunContext, test: Plan, groups: list[list[int]]):
     return [by_group[k][0] for k in range(len(groups))], by_group[0][1], mismatches
 
 
-def _measure_on(rc: RunContext, comm) -> tuple[engine.Measurement, build.LoopFacts]:
+def _measure_on(rc: RunContext, comm) -> tuple[engine.Measurement, LoopFacts]:
     """This rank's measurement of the bisection's benchmark on a group communicator."""
     o, MPI = rc.opts, rc.world.MPI
     coll = COLLECTIVES[o.bisect_benchmark]
@@ -183,6 +184,6 @@ def _measure_on(rc: RunContext, comm) -> tuple[engine.Measurement, build.LoopFac
     try:
         measured = measure_on_pool(rc, coll, ctx, pool, size_plan.size_bytes, settings,
                                    agree_max=lambda v: comm.allreduce(v, op=MPI.MAX), timing=True, comm=comm)
-        return measured.measurement, build.LoopFacts.of(measured.loop)
+        return measured.measurement, LoopFacts.of(measured.loop)
     finally:
         pool.close()

@@ -32,6 +32,7 @@ from microbench.cluster.nodes import choose_participants
 from microbench.measure import engine, stats
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
+from microbench.records.figures import LoopFacts
 from microbench.measure.outliers import flag_matrix, median_matrix
 from microbench.run.measure_pool import measure_on_pool
 
@@ -158,7 +159,7 @@ def _measure_matrix(rc: RunContext, test: Plan, metric: Metric, size: int) -> tu
     values = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
     record = build.pairs_record(
         run_id=rc.run_id, metric=metric.name, plan=size_plan, dtype=dtype, opts=o, nranks=rc.nranks,
-        iterations=iterations, warmup=warmup, loop=build.LoopFacts.of(loop), check=check,
+        iterations=iterations, warmup=warmup, loop=LoopFacts.of(loop), check=check,
         latency_us=_latency_over_pairs([metric.latency_us(size_plan.size_bytes, v) for v in values]),
         matrix_fields=_matrix_fields(test, metric, matrix, repeats if passes > 1 else None), wall_s=round(time.perf_counter() - started, 4),
         cycle=rc.cycle)

@@ -15,14 +15,12 @@ Results are fsynced as each size finishes, so SIGTERM at any point keeps every f
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from microbench.cluster import facts
-from microbench.records import build
 
 if TYPE_CHECKING:  # pragma: no cover
     from microbench.run.context import RunContext
@@ -50,6 +48,8 @@ class Soak:
             first_result = len(self.rc.out.results) if self.rc.out is not None else 0
             failed += [f"cycle {number}: {what}" for what in body(cycle_rc)]
             if self.rc.out is not None:
+                from microbench.records import build
+
                 record = build.cycle_record(self.rc.run_id, cycle_rc.cycle, facts.utc_now(),
                                             round(time.monotonic() - began, 3), cycle_rc.opts.check,
                                             self.rc.out.results[first_result:])
@@ -79,6 +79,8 @@ class Soak:
             return
         cycles = [r["cycle"] for r in self.finished]
         results = [r for r in self.rc.out.results if r.get("cycle") in cycles]
+        from microbench.records import build
+
         self.rc.out.record(build.soak_record(self.rc.run_id, cycles, summarize(results)))
 
 
@@ -103,4 +105,6 @@ def summarize(results: list[dict]) -> list[dict]:
 
 
 def _spread(values: list[float]) -> dict:
-    return {"min": min(values), "median": float(statistics.median(values)), "max": max(values)}
+    from microbench.measure.outliers import median
+
+    return {"min": min(values), "median": float(median(values)), "max": max(values)}

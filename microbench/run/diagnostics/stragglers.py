@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from microbench.cluster.nodes import NodePlane
-from microbench.measure.outliers import OUTLIER_Z, flag_outliers
+from microbench.measure.outliers import OUTLIER_Z, flag_outliers, median
 
 LISTED_NODES = 16  #: most nodes a record lists by name (means, outliers, check failures)
 
@@ -83,7 +83,7 @@ def _node_fields(node_means: dict[str, float]) -> dict:
     half = LISTED_NODES // 2
     listed = ordered if len(ordered) <= LISTED_NODES else ordered[:half] + ordered[-half:]
     values = [v for _, v in ordered]
-    found, rule = [], {"median_us": float(np.median(values)), "z_limit": OUTLIER_Z}
+    found, rule = [], {"median_us": float(median(values)), "z_limit": OUTLIER_Z}
     if len(values) >= 4:
         for side, higher in (("slow", True), ("fast", False)):
             flagged, numbers = flag_outliers(values, higher_is_worse=higher, z_limit=OUTLIER_Z)
