@@ -9,7 +9,7 @@ import pytest
 
 from conftest import microbench, mpiexec, read_jsonl, results_of, run_process
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)")
 
 ALL = ["allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw", "reduce", "alltoall", "bibw"]
 HAS_CUDA = torch.cuda.is_available()
