@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -242,3 +247,28 @@ def test_a_preflight_failure_on_one_rank_ends_every_rank_before_the_collective_c
     errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
     assert len(errors) == 1 and "--out /proc/microbench/r.jsonl: cannot write there" in errors[0], proc.stderr
     assert "timeout:" not in proc.stderr and "# allreduce" not in proc.stdout
+
+
+def test_sigterm_under_torchrun_leaves_no_failure_note(tmp_path):
+    """torchrun passes a SIGTERM to every worker: rank 0 closes the run as incomplete and exits, and rank 1's
+    collective then fails on the closed connection. That error comes from the stop, not a fault of rank 1's own:
+    it must not leave ``OUT.rank1.failed`` beside the records, where nothing would ever read it."""
+    out = tmp_path / "t.jsonl"
+    exe = shutil.which("torchrun")
+    proc = subprocess.Popen([exe, "--nproc-per-node=2", "--no-python", "microbench", "run", "--backend", "torch",
+                             "allreduce", "-m", "8:256M", "-i", "300", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.read_text().count('"type":"result"') >= 3):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no results appeared"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"], stderr
+    end = [json.loads(line) for line in out.read_text().splitlines()][-1]
+    assert end["type"] == "end" and end["status"] == "incomplete" and end["reason"].startswith("SIGTERM"), end

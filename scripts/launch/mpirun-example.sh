@@ -8,7 +8,8 @@
 #
 # PPN: ranks per host (default 1 on several hosts, 2 on one); NP: ranks in all (default hosts x PPN);
 # OUT: the folder of records and figures (default mpirun-<UTC time>). The sweep is the OMB one (-m 1:64M,
-# OMB's iteration counts, data checked): minutes, most of it the large sizes.
+# OMB's iteration counts, data checked): minutes on idle cores, most of it the large sizes; on 2 cores shared
+# with other work (load 18) the latency sweep alone took over 15 minutes.
 set -eu
 HOSTS=${HOSTS:-localhost}
 nhosts=$(tr ',' '\n' <<<"$HOSTS" | grep -c .)
