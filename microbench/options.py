@@ -56,6 +56,7 @@ class RunOptions:
     stage_host: bool = False  #: MPI without CUDA support: copy device buffers through the host (timed)
     cuda_graph: bool = False
     nccl_connect: str = "runtime"  #: runtime (NCCL's default) | eager (NCCL_RUNTIME_CONNECT=0 before the communicator)
+    nccl_algo: bool = False  #: record NCCL's algorithm and protocol per size (its TUNING debug lines)
     gpus_per_node: int | None = None
     reduce_scatter_call: str = "block"  #: MPI: block (MPI_Reduce_scatter_block) or vector (MPI_Reduce_scatter)
     compute_ratio: float | None = None  #: non-blocking: compute R x t_pure (default 1 when --compute-us is not given)
@@ -102,6 +103,7 @@ class RunOptions:
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
                    nccl_connect=getattr(args, "nccl_connect", "runtime"), gpus_per_node=args.gpus_per_node,
+                   nccl_algo=getattr(args, "nccl_algo", False),
                    reduce_scatter_call=args.reduce_scatter_call,
                    **_diagnostic_options(args, BISECT in named), **_overlap_options(args, benchmarks))
 
@@ -266,6 +268,8 @@ def _resolve_buffer(args) -> str:
                          "what a graph replay pays: give --cuda-graph a count with -i instead")
     nccl = args.backend == "torch" and (args.torch_backend == "nccl" or (args.torch_backend == "auto"
                                                                         and args.device == "cuda"))
+    if getattr(args, "nccl_algo", False) and not nccl:
+        raise UsageError("--nccl-algo reads NCCL's own output: it needs --backend torch --device cuda")
     if getattr(args, "nccl_connect", "runtime") != "runtime" and not nccl:
         raise UsageError("--nccl-connect applies to the NCCL backend (--backend torch --device cuda)")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:

@@ -131,6 +131,7 @@ class EmulatedCluster:
                       for i in range(nodes)]
         self.agent = self.state / "agent"
         self.hosts_file = self.state / "hosts"  #: every node's /etc/hosts: the node names and their addresses
+        self.sysfs = self.state / "sysfs"  #: where a command on a node mounts the node's own sysfs (its mount namespace)
 
     @classmethod
     def load(cls, name: str) -> "EmulatedCluster":
@@ -174,6 +175,7 @@ class EmulatedCluster:
             _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
             for node in self.nodes:
                 self._add_node(node)
+            self.sysfs.mkdir()
             self.hosts_file.write_text("127.0.0.1 localhost\n" +
                                        "".join(f"{n.address} {n.name}\n" for n in self.nodes))
             self._write_agent()
@@ -223,9 +225,13 @@ esac
         """``argv`` run on ``node``: in its network and UTS namespaces, with an /etc/hosts that names every node
         (bound over the machine's in a mount namespace of the command's own); the same files otherwise."""
         n = self.node(node)
+        # sysfs shows the network namespace of whoever mounted it: the node's own view of /sys/class/net (its
+        # emu0 and lo, as on a real node) comes from a sysfs mounted inside the node, bound over the machine's
+        net = (f"mount -t sysfs sysfs {self.sysfs} && mount --bind {self.sysfs}/class/net /sys/class/net && "
+               f"mount --bind {self.sysfs}/devices/virtual/net /sys/devices/virtual/net")
         return ["nsenter", f"--net=/run/netns/{n.netns}", f"--uts={n.uts}", "--",
                 "unshare", "--mount", "--propagation", "slave", "--",
-                "/bin/sh", "-c", f'mount --bind {self.hosts_file} /etc/hosts && exec "$@"', "sh", *argv]
+                "/bin/sh", "-c", f'mount --bind {self.hosts_file} /etc/hosts && {net} && exec "$@"', "sh", *argv]
 
     def mpi_env(self) -> dict[str, str]:
         """Open MPI settings for the ranks: TCP on the cluster subnet between nodes, shared memory inside one.

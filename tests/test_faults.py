@@ -137,3 +137,51 @@ def test_a_malformed_hook_is_one_usage_error():
     assert proc.stderr.strip().splitlines() == [
         "microbench: error: MICROBENCH_TEST_KILL='rank1': expected RANK:BENCHMARK:SIZE or RANK:BENCHMARK:SIZE:CYCLE "
         "(e.g. 1:allreduce:32)"]
+
+
+def test_a_killed_np_parent_leaves_no_rank_behind(tmp_path):
+    """``run --np`` killed outright (SIGKILL, as a job's or a test's time limit does) takes its mpiexec and ranks
+    with it: mpiexec runs in a session of its own (so that a Ctrl-C reaches the parent first), and is sent SIGTERM
+    when the parent dies."""
+    import subprocess
+    import time
+
+    out = str(tmp_path / "r.jsonl")
+    proc = subprocess.Popen([sys.executable, "-m", "microbench", "run", "--np", "2", "latency", "-m", "8",
+                             "-i", "100000000", "--out", out], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        ranks: list[int] = []
+        while time.monotonic() < deadline and len(ranks) < 2:
+            ranks = [pid for pid, is_rank in _ranks_of(out) if is_rank]
+            time.sleep(0.2)
+        assert len(ranks) == 2, "the ranks did not start"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _ranks_of(out):
+            time.sleep(0.2)
+        left = _ranks_of(out)
+        assert not left, f"ranks or their launcher left running after their parent was killed: {left}"
+    finally:
+        proc.kill()
+        for pid, _ in _ranks_of(out):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _ranks_of(out: str) -> list[tuple[int, bool]]:
+    """(pid, whether it is a rank rather than the launcher) of the processes of a run writing ``out``, but its
+    ``--np`` parent (their command lines name the file)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if out.encode() in cmd and b"microbench" in cmd and b"--np" not in cmd:
+            found.append((int(entry), os.path.basename(cmd[0]) not in (b"prterun", b"mpiexec", b"mpirun")))
+    return found

@@ -30,9 +30,14 @@ OTHER_INPUTS = {
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
     "cluster/facts.py": "/proc and /sys facts of the machine",
     "cluster/launch.py": "writes the --np parent's signal note",
+    "cluster/links.py": "/sys facts of a host's links (or a recorded host's copy of them)",
+    "cluster/links_nvml.py": "a recorded host's NVML answers (nvml.json)",
+    "cluster/links_shaping.py": "tc's JSON list of qdiscs, or a recorded host's (tc.json)",
+    "cluster/nccl_tuning.py": "NCCL's debug file (its TUNING lines)",
     "cluster/mpi_runtime.py": "/proc/self/maps (which libmpi was loaded)",
     "gate/reframe_references.py": "a ReFrame reference file (JSON) it writes and reads back",
     "importers/nccl_tests.py": "nccl-tests' -J JSON output",
+    "importers/inspector.py": "NCCL Inspector plugin files (JSON lines of a job's operations, not records)",
     "importers/to_records.py": "another tool's output file, for its SHA-256",
     "measure/buffers.py": "/proc/self/smaps (huge pages granted)",
     "output_files.py": "writes figures, pages and JUnit files (a temporary file put on the name)",
@@ -49,6 +54,8 @@ OTHER_INPUTS = {
     "run/watchdog.py": "writes and reads the failure note of a dying rank",
     "workload/traces/jsonread.py": "communication traces (Kineto, execution traces), streamed",
     "workload/traces/nccl_profiler.py": "NCCL profiler plugin output (JSON lines of events, not records)",
+    "workload/traces/inspector.py": "NCCL Inspector plugin files (JSON lines of a job's operations, not records)",
+    "results/expected.py": "the reference table of expected values it ships (TOML)",
     "workload/traces/source.py": "opens a communication trace (plain or gzip)",
 }
 

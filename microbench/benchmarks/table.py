@@ -73,6 +73,9 @@ class Collective:
     #: the MPI function(s) an iteration calls (recorded as ``mpi_call``); reduce_scatter: the block form, which
     #: ``--reduce-scatter-call vector`` replaces with MPI_Reduce_scatter (``measure.backends.mpi``)
     mpi_call: str | None = None
+    #: directions the recorded busbw counts (2 for a bidirectional benchmark): its path's peak is this many
+    #: times the link's peak per direction (microbench.cluster.path_peak)
+    directions: int = 1
 
     def check_max_value(self, op: str, nranks: int) -> int:
         """Largest value a checked iteration writes (the dtype must hold it exactly)."""
@@ -204,7 +207,7 @@ BIBW = Collective(
     build=lambda be, b, c: be.stream(b.send, b.recv, b.ack, c.peer, c.initiator, c.window, True),
     fill=cd.p2p_fill, verify=cd.p2p_verify,
     counts=STREAM_COUNTS, point_to_point=True, windowed=True, min_ranks=2,
-    per_iteration=lambda window: window,
+    per_iteration=lambda window: window, directions=2,
 )
 
 

@@ -1,7 +1,10 @@
-"""Show what this machine offers: MPI library and launcher, torch backends, devices, page policy.
+"""Show what this machine offers: MPI library and launcher, torch backends, devices, page policy, and its links.
 
 Run it first on a new system: it says which libmpi mpi4py loads (the bundled wheel or the site's),
-which mpiexec --np would use, and what the torch build can do. Initialises nothing.
+which mpiexec --np would use, what the torch build can do, and the host's links with their speeds (network
+interfaces, shaped rates, InfiniBand/RoCE ports, GPUs' NVLinks and PCIe, the NIC nearest each GPU:
+``microbench.cluster.links``). Under a launcher each host prints its own (``srun -N 4 --ntasks-per-node 1
+microbench info``); ``--from DIR`` shows a host recorded with ``scripts/record_links.py``. Initialises nothing.
 """
 
 from __future__ import annotations
@@ -13,10 +16,15 @@ import sys
 from microbench import __version__
 from microbench.cluster import facts
 from microbench.cluster import launch
+from microbench.cluster import links as host_links
+from microbench.cluster.links_text import link_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--from", dest="recorded", action="append", metavar="DIR",
+                   help="show the links of a host recorded by scripts/record_links.py (a folder with sys/ and "
+                        "nvml.json) instead of this one's; repeatable")
 
 
 def collect() -> dict:
@@ -60,7 +68,10 @@ def collect() -> dict:
 
 
 def main(args) -> int:
+    if args.recorded:
+        return _show_recorded(args.recorded, args.json)
     found = collect()
+    found["links"] = {launch.discover().host: host_links.read_host()}
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
@@ -85,6 +96,29 @@ def main(args) -> int:
     print(f"THP: {c['thp']}, page size {c['page_size']} B, {c['cpus']} CPUs, "
           f"{buffers_fmt(c['mem_available_bytes'])} available")
     print(f"launcher: {found['launcher'] or 'none (use --np N, mpiexec, srun or torchrun)'}")
+    for host, links in found["links"].items():
+        for line in link_lines(host, links):
+            print(line)
+    return 0
+
+
+def _show_recorded(folders: list[str], as_json: bool) -> int:
+    from pathlib import Path
+
+    from microbench.errors import UsageError, printable
+
+    found = {}
+    for folder in folders:
+        if not Path(folder, "sys").is_dir():
+            raise UsageError(f"--from {printable(folder)}: no sys/ folder there (record one with "
+                             "scripts/record_links.py)")
+        found[folder] = host_links.read_host(folder)
+    if as_json:
+        print(json.dumps({"links": found}, indent=2))
+        return 0
+    for host, links in found.items():
+        for line in link_lines(host, links):
+            print(line)
     return 0
 
 

@@ -180,6 +180,19 @@ def start_ranks(argv: list[str], nranks: int, check: Callable[[], None] | None =
     return self_launch(argv, nranks)
 
 
+def _terminate_with_parent() -> None:
+    """(In the child, before exec.) SIGTERM this process when its parent dies (Linux ``PR_SET_PDEATHSIG``);
+    elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def self_launch(argv: list[str], nranks: int) -> int:
     """Start ``nranks`` local ranks with the mpiexec of the loaded MPI, running the same command."""
     from microbench.cluster.mpi_runtime import import_mpi, library
@@ -202,8 +215,9 @@ def self_launch(argv: list[str], nranks: int) -> int:
     env["MICROBENCH_SIGNAL_NOTE"] = note.name
     sys.stdout.flush()
     # mpiexec in a session of its own: a Ctrl-C reaches this process alone, which notes it for the ranks and
-    # then passes it on (mpiexec forwards it to the ranks, which close their records)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    # then passes it on (mpiexec forwards it to the ranks, which close their records); should this process be
+    # killed outright (SIGKILL: a test's or a job's time limit), mpiexec gets SIGTERM, so no rank is left behind
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_terminate_with_parent)
     received: list[int] = []
 
     def on_signal(signum, frame):

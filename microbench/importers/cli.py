@@ -1,4 +1,5 @@
-"""Read other tools' results as microbench records: ``microbench import omb|nccl-tests FILE... --out RUN.jsonl``.
+"""Read other tools' results as microbench records: ``microbench import omb|nccl-tests|nccl-inspector FILE...
+--out RUN.jsonl``.
 
 Each run the files hold becomes a run record, its results and an end record, appended to --out, so
 check, compare, history and plot read years of existing logs. Every record names its source (tool,
@@ -8,6 +9,11 @@ describes the formats and how each figure maps.
 
   microbench import omb osu_allreduce.log --ranks 64 --args "-m 8:1M -f" --out omb.jsonl
   microbench import nccl-tests all_reduce.json all_gather.log --out nccl.jsonl --time mtime
+  microbench import nccl-inspector nccl-inspector-1234/*.log --out job.jsonl
+
+An NCCL Inspector dump (one file per process) is one job: all its files make one run, whose results are the
+job's operations per collective, size and group size (microbench report and plot draw them on the measured
+curves: docs/peaks.md).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import sys
 from pathlib import Path
 
 from microbench.errors import UsageError, printable
-from microbench.importers import nccl_tests, nccl_text, omb, to_records
+from microbench.importers import inspector, nccl_tests, nccl_text, omb, to_records
 from microbench.importers.parsed import ToolRun
 from microbench.records import read_runs
 from microbench.records.files import max_file_bytes, read_small
@@ -41,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                "their own)")
     n.add_argument("--benchmark", metavar="PROGRAM",
                    help="the nccl-tests program (all_reduce_perf ...) where the output does not name it")
+    i = tools.add_parser("nccl-inspector", help="a job's NCCL Inspector plugin files (JSON lines, one per process)",
+                         description=inspector.__doc__.strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(i, "unused: the Inspector's records say what they measured")
 
 
 def _common(p: argparse.ArgumentParser, args_help: str) -> None:
@@ -57,6 +66,14 @@ def main(args) -> int:
     if args.ranks is not None and args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1 (got {args.ranks})")
     runs: list[tuple[ToolRun, str]] = []
+    if args.tool == "nccl-inspector":
+        texts = [(path, _read(path)) for path in args.files]
+        run = inspector.parse(texts, args.ranks)
+        _set_time(run, args.time, args.files[0])
+        runs.append((run, to_records.file_digest(args.files[0]) if len(args.files) == 1 else
+                     _digest_of([to_records.file_digest(p) for p in args.files])))
+        _write(runs, args.out)
+        return 0
     for path in args.files:
         text = _read(path)
         found, notes = _parse(args, text, path)
@@ -70,6 +87,13 @@ def main(args) -> int:
         raise UsageError("nothing to import: no section of the files has a microbench counterpart")
     _write(runs, args.out)
     return 0
+
+
+def _digest_of(digests: list[str]) -> str:
+    """One digest of several files' digests (the same files in any order give the same run id)."""
+    import hashlib
+
+    return hashlib.sha256("".join(sorted(digests)).encode()).hexdigest()
 
 
 def _read(path: str) -> str:

@@ -46,6 +46,8 @@ class Row:
     check: str | None = None  #: pass | fail | None (no data check printed)
     send_bytes: int | None = None  #: None: computed from the benchmark's definition where the ranks are known
     recv_bytes: int | None = None
+    ranks: int | None = None  #: the row's own group size where rows differ (a job's communicators); else the run's
+    fields: dict = field(default_factory=dict)  #: further record fields the tool told (``nccl_algo``)
 
 
 @dataclass

@@ -79,7 +79,7 @@ def imported_run(run: ToolRun, run_id: str, digest: str) -> dict:
 
 def imported_result(run: ToolRun, row: Row, run_id: str) -> dict:
     coll = COLLECTIVES[row.benchmark]
-    n = run.ranks
+    n = row.ranks or run.ranks
     send, recv = row.send_bytes, row.recv_bytes
     if send is None:
         send, recv = (coll.io_counts or coll.buffer_counts)(row.size_bytes, n)
@@ -109,6 +109,7 @@ def imported_result(run: ToolRun, row: Row, run_id: str) -> dict:
         result["window"] = row.window if coll.name != "latency" else None
     result["source"] = {"tool": run.tool, "line": row.line, "values": dict(row.values),
                         "derived": dict(row.derived), "unknown": unknown}
+    result.update(row.fields)
     return relations.make(model.ResultRecord, **result)
 
 

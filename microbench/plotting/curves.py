@@ -22,6 +22,7 @@ import numpy as np
 from microbench.results import keys
 from microbench.results.columns import RunInfo, Table, per_run_medians
 from microbench.results.keys import ConfigKey
+from microbench.results.job_overlay import is_job
 from microbench.results.load import mpi_library, run_label, run_time
 
 BANDS = {"p10-p90": ("p90", "p10"), "min-max": ("slowest", "fastest"), "none": None}
@@ -42,6 +43,7 @@ class Series:
     runs: int = 1
     newest: list[float | None] = field(default_factory=list)  #: merged: the newest run's latency per size
     newest_bandwidth: list[float | None] = field(default_factory=list)
+    job: bool = False  #: a job's operations (an imported NCCL Inspector dump): points, not a curve
 
 
 #: More runs than this of one benchmark are drawn merged by configuration (``by="auto"``).
@@ -105,7 +107,7 @@ def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p
     """The series of one benchmark (results with no usable latency statistic are left out)."""
     rows = benchmark_rows(table, benchmark, stat)
     groups = group_rows(table, rows, by)
-    shown = keys.varying_options(k for _, k in groups)
+    shown = keys.varying_options(k for i, k in groups if i is None or not is_job(table, i))  # jobs: see below
     used = sorted({i for i, _ in groups if i is not None})
     titles = dict(zip(used, _run_titles([table.runs[i] for i in used])))
     several_runs = by == "run" and len(used) > 1
@@ -119,7 +121,10 @@ def build_series(table: Table, benchmark: str, stat: str = "p50", band: str = "p
         if by == "config":
             parts.append(f"{label_runs} run(s)")
         title = ", ".join(parts) or _run_titles([table.runs[table.run[members[0]]]])[0]
-        series = Series(label=title, key=key, runs=label_runs)
+        job = index is not None and is_job(table, index)
+        if job:  # a job's options are another tool's: its run and group size name it
+            title = f"job {_run_titles([table.runs[index]])[0]}, {key.get('ranks')} ranks"
+        series = Series(label=title, key=key, runs=label_runs, job=job)
         sizes = table.size[members]
         for size in np.unique(sizes).tolist():
             at = members[sizes == size]
@@ -201,13 +206,16 @@ class Heading:
 
     newest: str | None
     libraries: list[str]
+    peaks: list[tuple[float, str]] = field(default_factory=list)  #: the runs' path peaks (GB/s, what sets them)
 
 
 def heading(table: Table, rows: np.ndarray) -> Heading:
     """The heading of a figure drawn from ``rows``."""
     newest = newest_run(table, rows)
+    peaks = {(p["gbps"], f"{p['tier']}: {p['link']}") for i in table.used_runs(rows)
+             for p in [table.runs[i].meta.get("path_peak")] if isinstance(p, dict) and p.get("gbps")}
     return Heading(_run_titles([table.runs[newest]])[0] if newest is not None else None,
-                   sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)}))
+                   sorted({mpi_library(table.runs[i]) for i in table.used_runs(rows)}), sorted(peaks))
 
 
 def draw(benchmark: str, summary: str, series: list[Series], table: Table | Heading, path: str | os.PathLike,
@@ -220,8 +228,8 @@ def draw(benchmark: str, summary: str, series: list[Series], table: Table | Head
     fig = new_figure(11, 4.6)
     lat_ax, bw_ax = fig.subplots(1, 2)
     for i, s in enumerate(series):
-        _curve(lat_ax, s.sizes, s.latency, s.latency_band, line_style(i), s.label)
-        _curve(bw_ax, s.sizes, s.bandwidth, s.bandwidth_band, line_style(i), s.label)
+        _curve(lat_ax, s.sizes, s.latency, s.latency_band, line_style(i), s.label, s.job)
+        _curve(bw_ax, s.sizes, s.bandwidth, s.bandwidth_band, line_style(i), s.label, s.job)
         _newest(lat_ax, s.sizes, s.newest, line_style(i))
         _newest(bw_ax, s.sizes, s.newest_bandwidth, line_style(i))
     all_sizes = [x for s in series for x in s.sizes]
@@ -232,6 +240,14 @@ def draw(benchmark: str, summary: str, series: list[Series], table: Table | Head
     lat_ax.set_ylabel(f"{stat} latency (us)")
     bw_ax.set_ylabel(f"{bw_metric} (GB/s)")
     bw_ax.set_ylim(bottom=0)
+    if bw_metric == "busbw":  # the peak of the path the runs' data crossed (records' path_peak)
+        for n, (gbps, link) in enumerate(head.peaks[:4]):
+            text = f"path peak {gbps:.4g} GB/s, {link}"
+            bw_ax.axhline(gbps, color="black", linestyle=(0, (1, 1 + n)), linewidth=1,
+                          label=text if len(text) <= 60 else text[:57] + "...")
+        if head.peaks:
+            bw_ax.set_ylim(top=max(bw_ax.get_ylim()[1], max(g for g, _ in head.peaks[:4]) * 1.08))
+            bw_ax.legend(fontsize=6, loc="upper left")
     if any(s.newest for s in series):
         lat_ax.plot([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="none",
                     markeredgecolor="black", label=f"newest run ({head.newest})")
@@ -243,11 +259,17 @@ def draw(benchmark: str, summary: str, series: list[Series], table: Table | Head
     return save(fig, path)
 
 
-def _curve(ax, sizes, values, bands, style: dict, label) -> None:
+def _curve(ax, sizes, values, bands, style: dict, label, job: bool = False) -> None:
     pts = [(x, y) for x, y in zip(sizes, values) if y is not None]
     if not pts:
         return
     xs, ys = zip(*pts)
+    if job:  # a job's operations: a star per size, whiskers p10..p90 of its operations
+        ax.plot(xs, ys, linestyle="none", marker="*", markersize=9, label=label, color=style["color"])
+        for x, b in zip(sizes, bands):
+            if b is not None:
+                ax.plot([x, x], list(b), color=style["color"], linewidth=1.5)
+        return
     ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.2, label=label, **style)
     band = [(x, b) for x, b in zip(sizes, bands) if b is not None]
     if band:

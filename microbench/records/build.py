@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import microbench
 from microbench.cluster import async_progress, facts, launch
@@ -69,10 +69,12 @@ class Figures:
 
 
 def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
-               transport: Transport) -> dict:
-    """The first line of a run: what ran where, on which libraries, under which conditions and options."""
+               transport: Transport, links: dict | None = None, path_peak: dict | None = None) -> dict:
+    """The first line of a run: what ran where, on which libraries, under which conditions and options; each
+    host's links and the peak of the path its data crossed (``microbench.run.peaks``)."""
     device = transport.device
     return _make(model.RunRecord, {
+        **({"links": links, "path_peak": path_peak} if links is not None else {}),
         "schema": SCHEMA_VERSION,
         "run_id": run_id,
         "microbench_version": microbench.__version__,
@@ -114,8 +116,10 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
 
 def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: int, dtype: DType, in_place: bool,
                   opts: RunOptions, nranks: int, transport: Transport, layout: Layout, cache: str,
-                  pool: PoolPlan | None, loop: LoopFacts, figures: Figures, cycle: dict | None = None) -> dict:
-    """One measured (benchmark, size, cache pass): latency statistics, bandwidths and the conditions."""
+                  pool: PoolPlan | None, loop: LoopFacts, figures: Figures, cycle: dict | None = None,
+                  judged: Callable[[dict], dict] | None = None) -> dict:
+    """One measured (benchmark, size, cache pass): latency statistics, bandwidths and the conditions;
+    ``judged(record)`` adds the busbw's share of the path's peak and NCCL's algorithm (``run.peaks``)."""
     factor = coll.busbw_factor(nranks)
     s_bytes = coll.algbw_bytes(plan.size_bytes, nranks)
     algbw = stats.bandwidth_gbps(s_bytes, figures.latency_us["avg"])
@@ -162,6 +166,8 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         record["pairs"] = nranks // 2
         record["window"] = opts.window if coll.windowed else None
         record["pairs_inter_node"] = layout.pairs_inter_node(nranks)
+    if judged is not None:
+        record.update(judged(record))
     return _make(model.ResultRecord, record)
 
 

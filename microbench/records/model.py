@@ -277,6 +277,116 @@ class OutlierRule(Block, kw_only=True):
     mad_of: str | UnsetType = UNSET
 
 
+# ------------------------------------------------------------------------------------------ issue 43: links and peaks
+class PcieLink(Block, kw_only=True):
+    """A PCIe link: speed (GT/s) and width now and at most, its generation, and the data rate per direction
+    (GB/s) of the maximum speed at the current width (an idle device trains its speed down)."""
+
+    speed_gts: Optional[float] | UnsetType = UNSET
+    width: Optional[Count] | UnsetType = UNSET
+    max_speed_gts: Optional[float] | UnsetType = UNSET
+    max_width: Optional[Count] | UnsetType = UNSET
+    generation: Optional[Count] | UnsetType = UNSET
+    current_generation: Optional[Count] | UnsetType = UNSET
+    gbps: Optional[Bandwidth] | UnsetType = UNSET
+
+
+class NetInterface(Block, kw_only=True):
+    """A network interface of a host (sysfs), its IPv4 address, and the rate a qdisc shapes it to (Mbit/s)."""
+
+    name: str
+    kind: Optional[str] | UnsetType = UNSET
+    operstate: Optional[str] | UnsetType = UNSET
+    speed_mbps: Optional[Annotated[int, Meta(ge=1, description="Mbit/s, as sysfs reports it")]] | UnsetType = UNSET
+    shaped_mbps: Optional[Annotated[float, Meta(gt=0, description="Mbit/s, the root qdisc's rate")]] | UnsetType = UNSET
+    shaping: Optional[str] | UnsetType = UNSET
+    virtual: Optional[bool] | UnsetType = UNSET
+    pci: Optional[str] | UnsetType = UNSET
+    pcie: Optional[PcieLink] | UnsetType = UNSET
+    ipv4: Optional[str] | UnsetType = UNSET
+
+
+class RdmaPort(Block, kw_only=True):
+    """An InfiniBand or RoCE port (``/sys/class/infiniband``): state, rate (Gbit/s), link layer, PCI, netdev."""
+
+    device: str
+    port: Count
+    state: Optional[str] | UnsetType = UNSET
+    phys_state: Optional[str] | UnsetType = UNSET
+    rate: Optional[str] | UnsetType = UNSET
+    rate_gbps: Optional[Annotated[float, Meta(gt=0, description="Gbit/s")]] | UnsetType = UNSET
+    link_layer: Optional[str] | UnsetType = UNSET
+    pci: Optional[str] | UnsetType = UNSET
+    pcie: Optional[PcieLink] | UnsetType = UNSET
+    netdev: Optional[str] | UnsetType = UNSET
+
+
+class NvLinks(Block, kw_only=True):
+    """A GPU's active NVLinks: count, version, the data rate per link and direction of that version (GB/s)
+    and their total (the GPU's NVLink peak per direction), the signalling rate NVML reports per link, and
+    how many links reach each far end (a PCI bus id, or ``switch``)."""
+
+    active_links: Count
+    version: Optional[Count] | UnsetType = UNSET
+    gbps_per_link: Optional[Bandwidth] | UnsetType = UNSET
+    gbps: Optional[Bandwidth] | UnsetType = UNSET
+    nvml_gbps_per_link: Optional[Bandwidth] | UnsetType = UNSET
+    peers: dict[str, Count] | UnsetType = UNSET
+
+
+class GpuLinks(Block, kw_only=True):
+    """A GPU of a host (NVML): PCIe and NVLinks, and the NIC nearest it (``nic_relation`` as nvidia-smi topo)."""
+
+    index: Optional[Count] | UnsetType = UNSET
+    name: Optional[str] | UnsetType = UNSET
+    bus_id: Optional[str] | UnsetType = UNSET
+    pcie: Optional[PcieLink] | UnsetType = UNSET
+    nvlink: Optional[NvLinks] | UnsetType = UNSET
+    nearest_nic: Optional[str] | UnsetType = UNSET
+    nic_relation: Optional[str] | UnsetType = UNSET
+
+
+class HostLinks(Block, kw_only=True):
+    """One host's links, read once by its lowest rank (``microbench.cluster.links``)."""
+
+    read_from: str | UnsetType = UNSET
+    net: list[NetInterface] | UnsetType = UNSET
+    rdma: list[RdmaPort] | UnsetType = UNSET
+    gpus: list[GpuLinks] | UnsetType = UNSET
+    selectors: dict[str, str] | UnsetType = UNSET
+    nvml: Optional[str] | UnsetType = UNSET
+    notes: list[str] | UnsetType = UNSET
+
+
+class PathPeak(Block, kw_only=True):
+    """The peak of the path a run's data crossed (``microbench.cluster.path_peak``): its tier, GB/s per
+    direction (null: unknown), and the link that sets it (or why it is unknown)."""
+
+    tier: Literal["shared memory", "nvlink", "pcie", "network"]
+    gbps: Optional[Bandwidth]
+    link: str
+
+
+class ResultPeak(PathPeak, kw_only=True):
+    """A result's busbw against its path's peak: ``gbps`` is the peak for this benchmark (twice the link's for
+    a bidirectional one), ``share`` = busbw / gbps (null: no peak known, or ``beyond_wire``: NCCL's
+    algorithm reduced inside a switch, so busbw can exceed the wire)."""
+
+    share: Optional[Annotated[float, Meta(ge=0, le=1e6, description="busbw / the path's peak")]]
+    beyond_wire: Optional[str] | UnsetType = UNSET
+
+
+class NcclAlgorithm(Block, kw_only=True):
+    """The algorithm and protocol NCCL chose for a result's calls (its own output: the TUNING lines of
+    ``NCCL_DEBUG=INFO``, or the Inspector plugin): the most frequent, and every other one seen with its count."""
+
+    algorithm: str
+    protocol: Optional[str] | UnsetType = UNSET
+    calls: Optional[Count] | UnsetType = UNSET
+    others: dict[str, Count] | UnsetType = UNSET
+    source: str
+
+
 # ------------------------------------------------------------------------------------------ run
 class MpiLibrary(Block, kw_only=True):
     """The MPI library the ranks loaded (``MPI_Get_library_version``), its standard and ABI."""
@@ -382,6 +492,9 @@ class RunRecord(Record, tag="run", kw_only=True):
     conditions: Conditions | UnsetType = UNSET
     options: dict[str, Unknown] | UnsetType = UNSET
     source: Source | UnsetType = UNSET
+    # issue 43: each host's links and the peak of the path the run's data crossed
+    links: dict[str, HostLinks] | UnsetType = UNSET
+    path_peak: Optional[PathPeak] | UnsetType = UNSET
 
     own_required: ClassVar[tuple[str, ...]] = (
         "microbench_version", "time_utc", "command", "hosts", "ranks_per_host", "launcher", "mpi", "torch",
@@ -460,6 +573,9 @@ class ResultRecord(Record, tag="result", kw_only=True):
     window: Optional[Positive] | UnsetType = UNSET
     pairs_inter_node: Count | UnsetType = UNSET
     source: Source | UnsetType = UNSET
+    # issue 43: busbw against the path's peak, and NCCL's algorithm and protocol
+    peak: Optional[ResultPeak] | UnsetType = UNSET
+    nccl_algo: Optional[NcclAlgorithm] | UnsetType = UNSET
 
     own_required: ClassVar[tuple[str, ...]] = (
         "send_bytes", "recv_bytes", "dtype", "op", "in_place", "iterations", "warmup", "algbw_bytes",

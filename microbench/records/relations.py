@@ -122,28 +122,34 @@ def _result_problems(rec: ResultRecord) -> str | None:
     return None
 
 
+def _field(rec: Any, name: str) -> Any:
+    """A field of a record or of a reader's view of one; None where it is absent (UNSET or None)."""
+    value = getattr(rec, name, None)
+    return None if value is UNSET else value
+
+
 def pairs_problems(rec: Any) -> str | None:
     """A pairs record (or a view of one) whose matrix is not n x n over its n labels and participant ranks,
     whose diagonal holds a value (a participant has no link to itself), or with more participants than ranks."""
-    matrix, labels = getattr(rec, "matrix", UNSET), getattr(rec, "labels", UNSET)
-    if matrix is UNSET or labels is UNSET:
-        return None if matrix is UNSET else "matrix without labels"
+    matrix, labels = _field(rec, "matrix"), _field(rec, "labels")
+    if matrix is None or labels is None:
+        return None if matrix is None else "matrix without labels"
     n = len(labels)
     if len(matrix) != n or any(len(row) != n for row in matrix):
         return f"matrix: not {n} x {n} (one row and one column per label)"
-    participants = getattr(rec, "participant_ranks", UNSET)
-    if participants is not UNSET and len(participants) != n:
+    participants = _field(rec, "participant_ranks")
+    if participants is not None and len(participants) != n:
         return f"participant_ranks: {len(participants)} ranks for {n} labels"
     if any(matrix[i][i] is not None for i in range(n)):
         return "matrix: a value on the diagonal (a participant's link to itself)"
-    unit = getattr(rec, "matrix_unit", UNSET)
+    unit = _field(rec, "matrix_unit")
     cells = [v for row in matrix for v in row if v is not None]
     if unit == "GB/s" and any(v > MAX_BANDWIDTH_GBPS for v in cells):
         return f"matrix: a bandwidth above {MAX_BANDWIDTH_GBPS:g} GB/s"
     if unit == "us" and any(v < CLOCK_FLOOR_US for v in cells):
         return f"matrix: a latency below the clock floor ({CLOCK_FLOOR_US} us)"
-    ranks = getattr(rec, "ranks", UNSET)
-    if ranks is not UNSET and n > ranks:
+    ranks = _field(rec, "ranks")
+    if ranks is not None and n > ranks:
         return f"labels: {n} participants in a run of {ranks} ranks"
     return None
 

@@ -29,7 +29,7 @@ from microbench.gate.compare import compare
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.spec import load_spec
 from microbench.output_files import check_target, write_text
-from microbench.report import figures, heatmaps, history, page, verdicts, workload
+from microbench.report import figures, hardware, heatmaps, history, page, verdicts, workload
 from microbench.report import runs as runs_part
 from microbench.report.loaded import DEFAULT_NEWEST, Loaded, load
 from microbench.report.markup import Section
@@ -94,6 +94,7 @@ def build_sections(args, loaded: Loaded) -> list[Section]:
         add(verdicts.compare_section(result, len(baseline.used_runs()), len(loaded.order)))
         del baseline, result
     add(figures.section(loaded, args.stat))
+    add(hardware.section(loaded))  # issue 43: the path's peak, expected values, the job beside the curve
     add(history.section(loaded, args.stat))
     add(heatmaps.section(loaded))
     if args.workload:

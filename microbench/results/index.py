@@ -44,7 +44,7 @@ from microbench.records import SCHEMA_VERSION
 from microbench.records.files import ResultsFile
 from microbench.results.keys import KEY_FIELDS
 from microbench.results.parts import NUMBERS, FilePart, PartMaker
-from microbench.results.scan import ScanNotes, decode_file, result_paths
+from microbench.results.scan import RUN_PATHS, ScanNotes, decode_file, result_paths
 
 #: the entry layout; entries of another layout, schema, set of key fields or of numbers read are never read
 FORMAT = 9  #: 9: the record model (relations checked, records attached by run id, outliers recomputed, ctime)
@@ -89,7 +89,8 @@ def read_workers() -> int:
 
 def entry_path(folder: Path, path: Path) -> Path:
     """The entry of a results file: a hash of the index layout, what a part holds, and the file's absolute path."""
-    layout = f"{FORMAT}:{SCHEMA_VERSION}:{','.join(KEY_FIELDS)}:{','.join(NUMBERS)}:{','.join(sorted(result_paths()))}:"
+    layout = (f"{FORMAT}:{SCHEMA_VERSION}:{','.join(KEY_FIELDS)}:{','.join(NUMBERS)}:{','.join(sorted(result_paths()))}:"
+              f"{','.join(sorted(RUN_PATHS))}:")  # the run-line fields a part keeps: a new one decodes again
     return folder / f"{hashlib.sha1(layout.encode() + os.fsencode(os.path.abspath(path))).hexdigest()}.mbx"
 
 

@@ -21,6 +21,8 @@ this table; nothing else branches on a metric's name. docs/architecture.md walks
   record's own lists are never trusted); no statistic applies.
 - skew (x, specs only): ``stragglers.skew``, the slowest rank's mean latency over the fastest rank's
   (microbench.run.diagnostics.stragglers); no statistic applies.
+- peak_share (specs only): ``peak.share``, the recorded busbw over the peak of the path the result's data
+  crossed (microbench.cluster.path_peak); absent where no peak is known or NCCL reduced inside a switch.
 
 For ``pairs`` records the statistics are over the pairs, each pair's value being the p50 of its
 iterations: ``max`` is the slowest link (for the bandwidth matrix, the highest per-message time).
@@ -41,6 +43,7 @@ LATENCY_STATS = ("p50", "avg", "min", "max", "p10", "p90", "p99", "fastest", "sl
 OUTLIERS = "outliers"  #: a spec-only metric: outlier cells and nodes of a pairs record (recomputed)
 SKEW = "skew"  #: a spec-only metric: slowest over fastest per-rank mean latency
 OVERLAP = "overlap"  #: a spec-only metric: OMB's overlap (%) of a non-blocking record
+PEAK_SHARE = "peak_share"  #: a spec-only metric: busbw / the peak of the path the data crossed (peak.share)
 OUTLIER_COUNT = "outliers"  #: the column the reader fills with each pairs record's recomputed outlier count
 OVERLAP_STAT_PATH = {"avg": "overlap.overlap_pct.omb.avg", "min": "overlap.overlap_pct.omb.min",
                      "max": "overlap.overlap_pct.omb.max", "p50": "overlap.overlap_pct.omb.p50_based"}
@@ -126,6 +129,13 @@ def _ratio_limit(limit: object, _benchmarks: tuple[str, ...]) -> str | None:
     return None
 
 
+def _share_limit(limit: object, _benchmarks: tuple[str, ...]) -> str | None:
+    """A limit on a share of a peak: above 0, at most 1 (100 % of the path's peak)."""
+    if not _finite(limit) or not 0 < limit <= 1:
+        return f"must be a share above 0 and at most 1, e.g. 0.8 for 80 % of the path's peak (got {str(limit)[:40]})"
+    return None
+
+
 def _column(path: str):
     return lambda numbers, _stat: numbers[path]
 
@@ -159,6 +169,11 @@ TABLE: dict[str, Metric] = {m.name: m for m in (
     Metric(SKEW, "x", False, compute=_column("stragglers.skew"), columns=lambda _stat: ("stragglers.skew",),
            reads=lambda _stat: "stragglers.skew", spec_keys={"max_rank_skew": "max"}, limit_problem=_ratio_limit,
            what=lambda _stat, _source: "rank skew (slowest / fastest rank mean)"),
+    # issue 43: busbw as a share of the peak of the path the result's data crossed (records' peak.share)
+    Metric(PEAK_SHARE, "share", True, compute=_column("peak.share"), columns=lambda _stat: ("peak.share",),
+           reads=lambda _stat: "peak.share (the path's peak: microbench run records it where the links are known)",
+           spec_keys={"min_peak_share": "min"}, limit_problem=_share_limit,
+           what=lambda _stat, _source: "busbw share of the path's peak"),
 )}
 
 METRICS = tuple(name for name, m in TABLE.items() if m.follow)  #: what compare and history can follow

@@ -43,20 +43,21 @@ _GET_LATENCY = attrgetter("latency_us")
 
 
 def _getter(path: str):
-    """A function reading a dotted path from a decoded view (None where a block or the value is absent)."""
-    parts = path.split(".")
+    """A function reading a dotted path from a decoded view (None where a block or the value is absent: the
+    reader's views read an absent field as None)."""
+    if "." not in path:
+        return attrgetter(path)
+    head, rest = path.split(".", 1)
+    inner, outer = _getter(rest), attrgetter(head)
 
     def get(view):
-        value = view
-        for part in parts:
-            value = getattr(value, part, None)
-            if value is None or value is msgspec.UNSET:
-                return None
-        return value
+        block = outer(view)
+        return None if block is None else inner(block)
     return get
 
 
 _GET = {name: _getter(name) for name in NUMBERS if name != OUTLIER_COUNT}
+_GET_STAT = {stat: attrgetter(stat) for stat in model.LATENCY_STATS}
 
 
 class FilePart(msgspec.Struct, array_like=True):
@@ -107,11 +108,11 @@ class PartMaker:
     def make(self, decoded: Decoded, stamp: list) -> FilePart:
         runs, ends, times, results, owners, orphans = _attach(decoded.records)
         configs, codes = self._configs(results)
-        latencies = [lat if lat is not None else _EMPTY for lat in map(_GET_LATENCY, results)]
-        latency = np.array([[_float(getattr(lat, s)) for lat in latencies] for s in PART_STATS],
+        latencies = list(map(_GET_LATENCY, results))  # absent statistics read as None: NaN below
+        latency = np.array([list(map(_GET_STAT[s], latencies)) for s in PART_STATS],
                            dtype="<f8").reshape(len(PART_STATS), len(results))
         extras, differ = _extras(results, decoded)
-        numbers = np.array([[_float(_GET[n](r)) for r in results] if n != OUTLIER_COUNT else
+        numbers = np.array([list(map(_GET[n], results)) if n != OUTLIER_COUNT else
                             [_outlier_count(extras.get(row)) for row in range(len(results))] for n in NUMBERS],
                            dtype="<f8").reshape(len(NUMBERS), len(results))
         _check_relations(decoded, results, latency, numbers)
@@ -143,14 +144,8 @@ class PartMaker:
 
 
 def _present(value) -> bool:
-    return value is not msgspec.UNSET
-
-
-def _float(value) -> float:
-    return np.nan if value is None or value is msgspec.UNSET else value
-
-
-_EMPTY = type("NoLatency", (), dict.fromkeys(PART_STATS))()  #: for a result whose latency_us is absent
+    """A field the record has (the reader's views read an absent field as None, a key field as UNSET)."""
+    return value is not None and value is not msgspec.UNSET
 
 
 def _attach(records: list) -> tuple[list[dict], list, list, list, list[int], int]:
@@ -234,10 +229,10 @@ def _extras(results: list, decoded: Decoded) -> tuple[dict[int, dict], int]:
                 recorded = (extra.get("outliers"), extra.get("node_outliers"))
                 extra.update(_recomputed(rec))
                 differ += recorded != (extra["outliers"], extra["node_outliers"]) and recorded != (None, None)
-        if _present(rec.overlap) and rec.overlap is not None:
+        if _present(rec.overlap):
             extra["overlap"] = {"overlap_pct": msgspec.to_builtins(rec.overlap.overlap_pct)}
         if extra:
-            out[row] = clean(extra)
+            out[row] = clean(extra) if "labels" in extra else extra  # figures only: nothing to print raw
     return out, differ
 
 

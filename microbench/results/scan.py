@@ -30,14 +30,17 @@ from microbench.errors import UsageError, printable
 from microbench.records import model, projection
 from microbench.records.files import ResultsFile, chunks, find_results
 from microbench.records.reader import FOREIGN, ReadNotes, decode_line, is_run_line
-from microbench.results.keys import RAW_FIELDS
+from microbench.results.keys import DERIVED_WHEN_ABSENT, RAW_FIELDS
 from microbench.results.metrics import NUMBER_COLUMNS, OUTLIER_COUNT
 
 ScanNotes = ReadNotes  #: the notes both readers keep
 
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
-              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version")
+              "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version",
+              "source", "path_peak")  # issue 43: an import's tool (a job's runs), the path's peak
+#: the run line's paths the reader decodes for RUN_FIELDS (of an import's source, its tool alone)
+RUN_PATHS = frozenset(RUN_FIELDS) - {"source"} | {"source.tool"}
 #: The pairs test's fields (kept per record that has them; outliers recomputed from the matrix).
 PAIRS_FIELDS = ("metric", "unit", "labels", "participant_ranks", "matrix_unit", "matrix", "outliers",
                 "outlier_rule", "node_outliers", "node_outlier_rule")
@@ -55,9 +58,11 @@ def result_paths() -> frozenset[str]:
 def line_type() -> object:
     """The type one line decodes into: a tagged union of the run, result and end projections, and of the
     record types the gate tools skip (projected to their tag alone)."""
-    views = [projection.project(model.RunRecord, set(RUN_FIELDS), "RunView"),
-             projection.project(model.ResultRecord, result_paths(), "ResultView"),
-             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView")]
+    everything_none = frozenset()  # an absent field reads as None ...
+    views = [projection.project(model.RunRecord, set(RUN_PATHS), "RunView", everything_none),
+             projection.project(model.ResultRecord, result_paths(), "ResultView",
+                                frozenset(DERIVED_WHEN_ABSENT)),  # ... but where absence means something
+             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView", everything_none)]
     views += [projection.project(kind, set(), f"{kind.__name__[:-6]}View")
               for name, kind in model.RECORD_TYPES.items() if name not in ("run", "result", "end")]
     return Union[tuple(views)]
@@ -68,8 +73,19 @@ READ_TYPES = ("RunView", "ResultView", "EndView")
 
 def kind_of(view: object) -> str:
     """``run``, ``result``, ``end`` or ``skipped`` for a decoded line."""
-    name = type(view).__name__
-    return name[:-4].lower() if name in READ_TYPES else "skipped"
+    return _KINDS[view.__class__]
+
+
+class _Kinds(dict):
+    """The kind of each view class of ``line_type``, filled the first time a class is met."""
+
+    def __missing__(self, cls):
+        name = cls.__name__
+        self[cls] = kind = name[:-4].lower() if name in READ_TYPES else "skipped"
+        return kind
+
+
+_KINDS = _Kinds()
 
 
 @dataclass

@@ -175,6 +175,10 @@ def _add_transport(p: argparse.ArgumentParser) -> None:
                         "call that selects it, so that size's first call carries them) or eager "
                         "(NCCL_RUNTIME_CONNECT=0: every connection made with the communicator, before any call); "
                         "recorded in the run's conditions")
+    g.add_argument("--nccl-algo", action="store_true",
+                   help="NCCL: record the algorithm and protocol NCCL chose for each size (ring, tree, NVLS...; LL, "
+                        "LL128, Simple), read from its TUNING debug lines (NCCL 2.20 and later; a line per call, "
+                        "which costs small messages a little); not with NCCL_DEBUG or NCCL_DEBUG_FILE already set")
     g.add_argument("--gpus-per-node", type=int, metavar="N",
                    help="GPUs per node for the local-rank -> GPU mapping (default: all visible)")
     g.add_argument("--reduce-scatter-call", choices=("block", "vector"), default="block",

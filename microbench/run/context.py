@@ -28,6 +28,8 @@ class RunContext:
     out: Output | None = None
     progress: Progress | None = None
     nodes: NodePlane | None = None  #: per-node summaries on the control plane (microbench.cluster.nodes)
+    peaks: object | None = None  #: rank 0: the hosts' links and path peaks (microbench.run.peaks.RunPeaks)
+    tuning: object | None = None  #: this rank's NCCL debug file with --nccl-algo (cluster.nccl_tuning.TuningLog)
     cycle: dict | None = None  #: the soak cycle being run ({"number", "started_utc"}), None outside soak runs
 
     @property

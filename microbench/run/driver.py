@@ -23,6 +23,8 @@ from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport, open_transport, select_device
 from microbench.options import RunOptions
 from microbench.records import Output, build
+from microbench.cluster.nccl_tuning import InspectorLog, TuningLog
+from microbench.run import peaks as run_peaks
 from microbench.run import preflight, sweep, terminal
 from microbench.run import watchdog
 from microbench.run.context import RunContext
@@ -64,6 +66,8 @@ def run(args, argv: list[str]) -> int:
     finally:
         guard.disarm()
         state.close(status, reason)
+        if rc.tuning is not None:
+            rc.tuning.remove()
     world.close()
     if failed and world.rank == 0:
         print(f"microbench: check FAILED: {', '.join(failed)}", file=sys.stderr, flush=True)
@@ -85,7 +89,12 @@ def _measure(rc: RunContext, pairs_plan: pairs.Plan | None, bisect_plan: bisecti
 def run_benchmark(rc: RunContext, coll: Collective) -> list[int]:
     """Collective: one benchmark's table header (rank 0), then its sweep; the sizes whose check failed."""
     if rc.out is not None:
-        rc.out.section(terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host)))
+        section = terminal.section(coll, rc.opts, rc.transport, rc.nranks, len(rc.layout.ranks_per_host))
+        # the path's peak and each size's share of it, where the data crosses a link (not shared memory alone)
+        if rc.peaks is not None and not coll.nonblocking and rc.peaks.crosses_a_link(coll, rc.layout, rc.nranks):
+            section["lines"].append(rc.peaks.section_line(coll, rc.layout, rc.nranks))
+            section["extra_columns"].append("peak")
+        rc.out.section(section)
     return sweep.run_benchmark(rc, coll)
 
 
@@ -94,12 +103,20 @@ def set_up(world: World, opts: RunOptions, hooks: FaultHooks, guard: watchdog.Wa
     """Collective: transport (with its timed loop) -> hosts -> preflight; the run's context (records not opened).
 
     ``selected``: the device ``select_device`` chose before MPI_Init (chosen here when not given)."""
+    tuning = TuningLog.ask_nccl() if opts.nccl_algo else InspectorLog.find()  # before NCCL starts
     transport = open_transport(world, opts, selected or select_device(opts))
     layout = gather_layout(world.reducer, facts.versions(), _mpi_first_line(transport))
     preflight.check_run(opts, world, layout, transport)
-    return RunContext(opts, world, layout, transport, hooks, guard,
-                      run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
-                      nodes=NodePlane.build(world.reducer, layout.hosts_by_rank))
+    peaks = run_peaks.gather(world.reducer, layout, transport.device.runtime or transport.device.kind,
+                             transport.gpus, tuning)
+    if opts.nccl_algo and tuning is None and world.rank == 0:
+        print("microbench: warning: --nccl-algo: NCCL_DEBUG, NCCL_DEBUG_SUBSYS or NCCL_DEBUG_FILE is set already; "
+              "NCCL's algorithms are not recorded", file=sys.stderr, flush=True)
+    rc = RunContext(opts, world, layout, transport, hooks, guard,
+                    run_id=world.reducer.bcast(uuid.uuid4().hex[:12] if world.rank == 0 else None),
+                    nodes=NodePlane.build(world.reducer, layout.hosts_by_rank), peaks=peaks)
+    rc.tuning = tuning
+    return rc
 
 
 def read_options(args, warn: bool) -> tuple[RunOptions | None, FaultHooks, Exception | None]:
@@ -137,7 +154,9 @@ def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pai
     rc.progress = Progress(total * (o.cycles or 1))
     rc.out = Output(o.out, o.csv, TerminalTable(progress=rc.progress), samples_path=o.samples)
     state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
-    rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport))
+    rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport,
+                                links=rc.peaks.links if rc.peaks else None,
+                                path_peak=rc.peaks.across if rc.peaks else None))
     if rc.transport.notice:
         rc.note(rc.transport.notice)
     warnings = [shadow_warning(rc.transport.lib) if rc.transport.lib else None]

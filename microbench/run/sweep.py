@@ -112,7 +112,9 @@ def measure_pass(rc: RunContext, job: SizeJob, mode: str, first_call: bool) -> d
     return build.result_record(run_id=rc.run_id, coll=job.coll, plan=job.plan, requested=job.requested,
                                dtype=job.dtype, in_place=job.ctx.in_place, opts=o, nranks=rc.nranks,
                                transport=rc.transport, layout=rc.layout, cache=mode, pool=pool_plan, loop=loop,
-                               figures=figures, cycle=rc.cycle)
+                               figures=figures, cycle=rc.cycle,
+                               judged=(lambda rec: rc.peaks.result_fields(job.coll, rc.layout, rc.nranks, rec))
+                               if rc.peaks is not None else None)
 
 
 def _cold_pool(rc: RunContext, job: SizeJob, iterations: int, warmup: int, first_call: bool) -> PoolPlan:

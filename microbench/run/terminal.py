@@ -18,7 +18,7 @@ COLUMNS = ("Size(B)", "Avg(us)", "Min(us)", "Max(us)", "P50(us)", "P99(us)", "Al
 _WIDTHS = (12, 11, 11, 11, 11, 11, 13, 13, 7)
 #: Optional columns, shown when the run's options make them meaningful: name -> (header, width).
 EXTRA_COLUMNS = {"cache": ("Cache", 7), "first": ("First(us)", 11), "skew": ("Skew", 10),
-                 "slowest": ("Slowest", 16), "fastest": ("Fastest", 16)}
+                 "slowest": ("Slowest", 16), "fastest": ("Fastest", 16), "peak": ("Peak%", 9)}
 
 
 def _fmt_row(values, widths) -> str:
@@ -55,9 +55,22 @@ def format_result_row(res: dict, extra=()) -> str:
         elif e == "first":
             first = res.get("first_call_us")
             values.append(_us(first.get("max")) if isinstance(first, dict) else "-")
+        elif e == "peak":
+            values.append(peak_cell(res.get("peak")))
         else:
             values.append(_straggler_cell(res.get("stragglers"), e))
     return _fmt_row(values, _widths(extra))
+
+
+def peak_cell(peak: dict | None) -> str:
+    """busbw as a share of the path's peak (``62.5%``); ``>wire`` where NCCL reduced inside a switch (NVLS,
+    SHARP: busbw can exceed the wire); ``-`` where no peak is known."""
+    if not isinstance(peak, dict):
+        return "-"
+    if peak.get("beyond_wire"):
+        return ">wire"
+    share = peak.get("share")
+    return "-" if share is None else f"{share * 100:.1f}%"
 
 
 def _straggler_cell(block: dict | None, column: str) -> str:

@@ -8,6 +8,8 @@ Formats (docs/workload-traces.md lists the versions each handles and how they we
 - ``kineto``: PyTorch profiler traces, 2.0-era annotations and newer metadata (kineto.py)
 - ``execution-trace``: PyTorch Execution Trace JSON (execution_trace.py)
 - ``param``: PARAM's basic comms trace (param.py)
+- ``nccl-inspector``: NCCL Inspector plugin files, JSON lines (inspector.py; issue 43)
+- ``nccl-tests-json``: nccl-tests' ``-J`` JSON file (nccl_tests_json.py; issue 43)
 
 Every reader streams its file (plain or gzip) and tallies calls per rank, collective, size and group
 (tally.py); bytes are message sizes as microbench defines them (messages.py).
@@ -20,6 +22,8 @@ from collections import Counter
 
 from microbench.errors import UsageError
 from microbench.workload.traces.deepspeed import read_deepspeed
+from microbench.workload.traces import inspector as _inspector
+from microbench.workload.traces import nccl_tests_json as _nccl_tests_json
 from microbench.workload.traces.execution_trace import read_execution_trace
 from microbench.workload.traces.kineto import read_kineto
 from microbench.workload.traces.nccl_log import RECORD, read_nccl_log
@@ -29,9 +33,10 @@ from microbench.workload.traces.source import TraceSource
 from microbench.workload.traces.tally import TraceTally
 
 READERS = {"nccl": read_nccl_log, "nccl-profiler": read_nccl_profiler, "deepspeed": read_deepspeed,
-           "kineto": read_kineto, "execution-trace": read_execution_trace, "param": read_param}
+           "kineto": read_kineto, "execution-trace": read_execution_trace, "param": read_param,
+           "nccl-inspector": _inspector.read_inspector, "nccl-tests-json": _nccl_tests_json.read_nccl_tests_json}
 FORMATS = tuple(READERS)
-JSON_FORMATS = ("nccl-profiler", "kineto", "execution-trace", "param")
+JSON_FORMATS = ("nccl-profiler", "kineto", "execution-trace", "param", "nccl-inspector", "nccl-tests-json")
 #: formats whose calls record no group size: --trace-group-size states it
 NO_GROUP_FORMATS = ("deepspeed", "nccl-profiler")
 
@@ -44,6 +49,10 @@ __all__ = ["FORMATS", "TraceTally", "detect_format", "read_trace", "read_traces"
 def detect_format(head: bytes) -> str | None:
     """The format from a file's first bytes, or None when they cannot tell."""
     start = head.lstrip()[:1]
+    if _inspector.looks_like(head):  # issue 43: before the others, which a JSON-lines file can resemble
+        return "nccl-inspector"
+    if _nccl_tests_json.looks_like(head):
+        return "nccl-tests-json"
     if start == b"{" and b'"traceEvents"' in head:
         return "kineto"
     if start == b"{" and b'"nodes"' in head and b'"schema"' in head:
