@@ -32,7 +32,11 @@ from microbench.importers import nccl_tests, omb  # noqa: E402
 from microbench.records import read_runs  # noqa: E402
 from microbench.results.load import load_table  # noqa: E402
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# In CI (CI set, as .ci/run's caller does) the examples are derandomized: the same draws every run, so a failure
+# in CI's log is reproduced by running the test again; elsewhere each run draws anew, and a failure prints the
+# @reproduce_failure blob that replays it.
+REPRODUCIBLE = {"derandomize": bool(os.environ.get("CI")), "print_blob": True}
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], **REPRODUCIBLE)
 CONTROL = {chr(c) for c in (*range(0, 9), *range(10, 32), *range(127, 160))}
 
 scalars = (st.none() | st.booleans() | st.integers(min_value=-(10 ** 30), max_value=10 ** 30)
@@ -107,7 +111,7 @@ def test_generated_records_give_a_clean_error_or_a_valid_table(recs, mangle):
 
 
 MODEL_SETTINGS = settings(max_examples=60, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **REPRODUCIBLE)
 
 
 def _write_run(folder: str, run: dict, results: list[dict], end: dict) -> Path:

@@ -146,6 +146,16 @@ def preflight_local(opts: RunOptions) -> None:
         from microbench.cluster.torch_runtime import resolve_backend
 
         resolve_backend(opts.torch_backend, opts.device)
+    else:  # an element type this MPI library has no datatype for (the ranks also probe its reductions)
+        from microbench.cluster.mpi_runtime import import_mpi
+        from microbench.measure.backends.mpi import datatype_refusal
+
+        MPI = import_mpi(initialize=False)
+        for name in opts.benchmarks:
+            why = datatype_refusal(MPI, dtype_for(opts, COLLECTIVES[name]))
+            if why:
+                raise UsageError(f"{name}: {why}")
+    check_writable(opts)  # as rank 0 will: a folder it cannot write to is refused before any rank starts
 
 
 def check_writable(opts: RunOptions) -> None:
