@@ -49,6 +49,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def blocks(page: Path) -> list[Block]:
     for tok in tokens:
         if tok.type == "html_block" and (m := MARK.match(tok.content.strip())):
             kind, rest = m.group(1), m.group(2).strip()
-            words, _, arg = rest.partition(":") if ":" in rest else (rest, "", "")
+            words, _, arg = rest.partition(":") if kind != "run" else (rest, "", "")
             block = Block(name, tok.map[0] + 1, kind, _options(words), arg.strip())
             if kind == "setup":
                 out.append(block)
@@ -294,6 +295,7 @@ def run_page(page_blocks: list[Block], slow: bool, timeout: float, report) -> in
                     failed += 1
                     report(f"FAIL  {where}: setup {block.args}\n      exit {proc.returncode}: {proc.stderr[-300:]}")
             elif block.kind in ("check", "run") and (slow or not block.slow):
+                started = time.monotonic()
                 if block.kind == "check":
                     problems, skipped = run_check(block, scratch, timeout), []
                     what = f"microbench {block.args}"
@@ -301,7 +303,7 @@ def run_page(page_blocks: list[Block], slow: bool, timeout: float, report) -> in
                     problems, skipped = run_script(block, scratch, timeout)
                     what = f"{len(block.commands()) - len(skipped)} command(s)"
                 failed += bool(problems)
-                report(f"{'FAIL' if problems else 'ok  '}  {where}: {what}"
+                report(f"{'FAIL' if problems else 'ok  '}  {where}: {what} ({time.monotonic() - started:.1f} s)"
                        + "".join(f"\n      {p}" for p in problems)
                        + "".join(f"\n      not run here: {s}" for s in skipped))
     return failed

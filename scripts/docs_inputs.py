@@ -14,7 +14,7 @@ page's command runs as written. Never someone's real log.
     python scripts/docs_inputs.py deepspeed ds.log
     python scripts/docs_inputs.py inspector nccl-inspector-1234/    # NCCL Inspector logs (a folder)
     python scripts/docs_inputs.py nightlies RESULTS.jsonl nightly/  # nightly/old/ and nightly/new/, 5 nights each
-    python scripts/docs_inputs.py year RESULTS.jsonl nightly/       # nightly/2026-01-01/ ... nightly/2026-12-31/
+    python scripts/docs_inputs.py december RESULTS.jsonl nightly/   # nightly/2026-12-02/ ... nightly/2026-12-31/
 """
 
 from __future__ import annotations
@@ -101,16 +101,17 @@ def nightlies(results: str, folder: str) -> None:
     write_nightlies(results, str(Path(folder) / "new"), Plan(5, dt.date(2026, 1, 6), seed=2))
 
 
-def year(results: str, folder: str) -> None:
-    """FOLDER/2026-01-01 ... FOLDER/2026-12-31: a year of nights from one real run."""
+def december(results: str, folder: str) -> None:
+    """FOLDER/2026-12-02 ... FOLDER/2026-12-31: a month of nights from one real run (``--lookback 14`` and
+    ``--new nightly/2026-12-31/`` have what they need)."""
     sys.path.insert(0, str(REPO / "scripts"))
     from gate_nightlies import Plan, write_nightlies
 
-    write_nightlies(results, folder, Plan(365, dt.date(2026, 1, 1), seed=3))
+    write_nightlies(results, folder, Plan(30, dt.date(2026, 12, 2), seed=3))
 
 
 MAKERS = {"omb": omb, "nccl-tests": nccl_tests, "nccl-log": nccl_log, "kineto": kineto, "et": et,
-          "deepspeed": deepspeed, "inspector": inspector, "nightlies": nightlies, "year": year}
+          "deepspeed": deepspeed, "inspector": inspector, "nightlies": nightlies, "december": december}
 
 
 def main() -> int:

@@ -98,14 +98,15 @@ def test_a_stated_exit_status_and_record_count_are_held(tmp_path):
                                    "microbench: error: unknown benchmark 'nosuch': pick one of ...\n")
     assert check_docs.run_check(wrong_words, str(tmp_path), 60)
 
-    run = "microbench run --np 2 allreduce -m 8,64 -i 5 -x 1 --out r.jsonl\n"
+    # records: an import of a made OMB log (two benchmarks: a run, 5 results and an end line each); no launch
+    run = "python $REPO/scripts/docs_inputs.py omb o.out\nmicrobench import omb o.out --ranks 2 --out r.jsonl\n"
     for name in "abc":
         (tmp_path / name).mkdir()
-    ok = check_docs.Block("t", 1, "run", {"records": {"r.jsonl": 4}}, text=run)  # run, 2 results, end
+    ok = check_docs.Block("t", 1, "run", {"records": {"r.jsonl": 14}}, text=run)
     assert check_docs.run_script(ok, str(tmp_path / "a"), 120) == ([], [])
-    miscounted = check_docs.Block("t", 1, "run", {"records": {"r.jsonl": 5}}, text=run)
+    miscounted = check_docs.Block("t", 1, "run", {"records": {"r.jsonl": 15}}, text=run)
     problems, _ = check_docs.run_script(miscounted, str(tmp_path / "b"), 120)
-    assert problems == ["r.jsonl: 4 records, the page says 5"]
+    assert problems == ["r.jsonl: 14 records, the page says 15"]
     failing = check_docs.Block("t", 1, "run", {}, text="microbench run --np 2 nosuch\nmicrobench info\n")
     problems, _ = check_docs.run_script(failing, str(tmp_path / "c"), 120)
     assert problems and problems[0].startswith("docs-run: exit 2, not 0: microbench run --np 2 nosuch")
