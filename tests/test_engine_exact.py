@@ -1,0 +1,82 @@
+"""The engine's arithmetic and order on a stub loop of known durations, exactly: the unit of every sample and
+first call (ns from the loop, us in the record), which slot each phase starts on, how many iterations a time
+budget buys, and the first calls on fresh buffers. Mutation testing (docs/mutation-testing.md) found each of
+these unguarded: a sample floored to whole microseconds, a rotation that always restarts at slot 0, a budget
+off by its floor or cap all passed every test before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from test_sample_meaning import StubLoop, _measure
+
+from microbench.benchmarks.table import ALLREDUCE
+from microbench.measure import engine
+
+
+def test_samples_and_the_first_call_are_the_loop_s_nanoseconds_in_microseconds():
+    m = _measure(ALLREDUCE, [1500, 2500, 3700, 4100], warmup=1, iterations=2)
+    assert m.first_call_us == 1.5 and m.samples_us.tolist() == [3.7, 4.1]
+    assert (m.iterations, m.warmup, m.check_errors) == (2, 1, None)
+
+
+class StartsLoop(StubLoop):
+    """A stub loop that also records the slot each run starts on."""
+
+    def __init__(self, durations_ns, separate_warmup=False):
+        super().__init__(durations_ns, separate_warmup)
+        self.starts = []
+
+    def run(self, prepared, iters, start=0, barrier=None, flush=None):
+        self.starts.append((start, iters))
+        return super().run(prepared, iters, start, barrier, flush)
+
+
+def _measure_on(loop, warmup, iterations, nslots=2, **settings):
+    from microbench.benchmarks.table import Context
+    from microbench.measure.buffers import BufferPool
+
+    pool = BufferPool(4, 4, np.dtype(np.uint8), nslots=nslots)
+    try:
+        return engine.measure(ALLREDUCE, Context(rank=0, nranks=2, window=1), pool.slots,
+                              [None] * nslots, loop, engine.LoopSettings(iterations=iterations, warmup=warmup,
+                                                                         **settings),
+                              barrier=lambda: None, agree_max=lambda v: v, timing=True)
+    finally:
+        pool.close()
+
+
+def test_each_phase_starts_on_the_slot_after_the_last_one_used():
+    """The first call uses slot 0; warmup and timed iterations go on round the slots from there."""
+    fast = StartsLoop([10] * 8)
+    _measure_on(fast, warmup=2, iterations=3, nslots=3)
+    assert fast.starts == [(0, 1), (1, 5)]  # first call; warmup + timed in one run from slot 1
+    apart = StartsLoop([10] * 8, separate_warmup=True)
+    _measure_on(apart, warmup=2, iterations=3, nslots=3)
+    assert apart.starts == [(0, 1), (1, 2), (0, 3)]  # warmup from slot 1, timed from slot (1 + 2) % 3
+
+
+def test_a_time_budget_buys_what_the_warmup_s_mean_says():
+    """Fewer than 3 warmup iterations are topped up to 3 for the estimate; the budget divided by their mean."""
+    loop = StartsLoop([5000] + [1_000_000] * 3 + [7] * 10)  # first call; 3 warmups of 1 ms; 10 timed
+    m = _measure_on(loop, warmup=1, iterations=99, time_budget_s=0.01)
+    assert (m.warmup, m.iterations, m.budget_estimate_s) == (3, 10, 1e-3)
+    assert m.samples_us.tolist() == [0.007] * 10
+    assert loop.starts == [(0, 1), (1, 1), (0, 2), (0, 10)]
+
+
+def test_budget_iterations_fill_the_budget_at_least_once_and_at_most_the_cap():
+    assert engine.budget_iterations(1.0, 0.001) == 1000
+    assert engine.budget_iterations(1e-6, 1.0) == 1
+    assert engine.budget_iterations(1e9, 1e-9) == engine.MAX_BUDGET_ITERATIONS == 10_000_000
+    assert engine.budget_iterations(1.0, 0.0) == engine.MAX_BUDGET_ITERATIONS  # a 0 s estimate: the cap
+
+
+def test_first_calls_on_fresh_buffers_each_in_microseconds_per_iteration():
+    released = []
+
+    def fresh():
+        return [None], lambda: released.append(1)
+
+    out = engine.time_fresh_calls(3, fresh, StubLoop([3000, 5000, 7000]), lambda: None, per_iteration=2)
+    assert out == [1.5, 2.5, 3.5] and len(released) == 3
