@@ -3,7 +3,7 @@
 Errors end with one line (``microbench: error: ...``) printed by rank 0 and a non-zero status on every
 rank; an unexpected exception on any rank aborts the whole MPI job within seconds. Exit statuses: 0 success,
 1 a verdict of FAIL (or a run that failed), 2 bad input or environment, 3 an internal error (a bug), 4
-reserved, 130 interrupted, 141 a closed pipe (``microbench.errors``). For the verb's duration stdout and
+a verdict of INCONCLUSIVE, 130 interrupted, 141 a closed pipe (``microbench.errors``). For the verb's duration stdout and
 stderr pass every line through one sanitizer (``errors.PrintableStream``).
 """
 
@@ -43,10 +43,10 @@ VERBS = {
 
 EXIT_STATUSES = """exit status:
   0  success (every verdict PASS)
-  1  a verdict of FAIL or regression (check, compare, history --fail-on-step); for run and replay, a run that failed
+  1  a verdict of FAIL (check, compare, history --fail-on-step); for run and replay, a run that failed
   2  bad input or environment: one line 'microbench: error: ...' naming the file (FILE:LINE for a line of it)
   3  an internal error: a bug, one line 'microbench: internal error: ...' (MICROBENCH_DEBUG=1 for the traceback)
-  4  reserved (an inconclusive verdict)
+  4  a verdict of INCONCLUSIVE: no failure seen, and the gate could not have seen one (--inconclusive-exit 0|1)
   130 interrupted; 141 the reader of the output went away"""
 
 
@@ -104,6 +104,8 @@ def build_parser(argv: list[str] | None = None) -> Parser:
     sub.required = True
     chosen = _verb_in(argv or [])
     for verb, (module_name, help_text) in VERBS.items():
+        if chosen is not None and verb != chosen:
+            continue  # a verb named: the others' parsers are never used (each costs a rank file-system calls)
         if verb != chosen:
             sub.add_parser(verb, help=help_text, description=help_text)
             continue

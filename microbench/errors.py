@@ -5,12 +5,13 @@ Exit statuses (``microbench`` and each verb; docs/faults.md):
 
 ====  =====================================================================================================
 0     success; every verdict PASS
-1     a verdict of FAIL or regression (check, compare, history --fail-on-step); for run and replay, a run that
-      failed (a --check failure, a missing resource: RunError)
+1     a verdict of FAIL (check, compare, history --fail-on-step); for run and replay, a run that failed (a
+      --check failure, a missing resource: RunError)
 2     bad input or environment: a usage error, a file that cannot be read or written (one line
       ``microbench: error: ...`` naming the file, and ``FILE:LINE`` for a line of a file)
 3     an internal error: a bug (one line ``microbench: internal error: ...``), never a verdict
-4     reserved (an inconclusive verdict)
+4     a verdict of INCONCLUSIVE (check, compare, history --fail-on-step): no failure seen, and the gate could
+      not have seen one (gate/outcome.py); ``--inconclusive-exit 0|1`` makes it 0 or 1
 130   interrupted (SIGINT); 128 + N for signal N
 141   the reader of the output went away (a closed pipe, as SIGPIPE would)
 ====  =====================================================================================================
@@ -26,7 +27,7 @@ EXIT_OK = 0
 EXIT_FAIL = 1  #: a verdict of FAIL or regression; a run that failed
 EXIT_USAGE = 2  #: bad input or environment
 EXIT_INTERNAL = 3  #: a bug: never read as a verdict
-EXIT_RESERVED = 4  #: reserved for an inconclusive verdict
+EXIT_INCONCLUSIVE = 4  #: a verdict of INCONCLUSIVE (by default: a site may choose 0 or 1)
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 

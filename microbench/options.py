@@ -50,6 +50,7 @@ class RunOptions:
     pairs: bool = False  #: run the pairwise link test
     pair_sizes: tuple[int, int] = (8, 1 << 20)  #: (latency size, bandwidth size) of the pairwise test
     serial: bool = False
+    pair_repeats: int = 2  #: passes over the pairwise test's schedule (issue 39: flag what stands out in most)
     torch_backend: str = "auto"  #: gloo | nccl | mpi | ucc | auto (nccl on CUDA, else gloo)
     device: str = "cpu"  #: cpu | cuda
     buffer: str = "numpy"  #: numpy | cupy | torch: what holds the buffers the transport moves
@@ -89,6 +90,11 @@ class RunOptions:
         pair_sizes = (min(sizes), max(sizes)) if args.sizes else (8, 1 << 20)
         if args.serial and not pairs:
             raise UsageError("--serial applies to the pairwise link test (microbench run pairs)")
+        repeats = getattr(args, "pair_repeats", None)
+        if repeats is not None and not pairs:
+            raise UsageError("--pair-repeats applies to the pairwise link test (microbench run pairs)")
+        if repeats is not None and not 1 <= repeats <= 100:
+            raise UsageError(f"--pair-repeats must be from 1 to 100 (got {repeats})")
         _check_values(args, benchmarks)
         buffer = _resolve_buffer(args)
         cache_size = parse_size(args.cache_size) if args.cache_size else None
@@ -99,7 +105,8 @@ class RunOptions:
                    huge_pages=args.huge_pages, backend=args.backend, loop=args.loop, out=args.out, csv=args.csv,
                    samples=args.samples, cache=args.cache, cache_size=cache_size, max_memory=max_memory,
                    flush=args.flush, first_call_samples=args.first_call_samples, timeout=args.timeout,
-                   pairs=pairs, pair_sizes=pair_sizes, serial=args.serial, sizes_from=args.sizes_from,
+                   pairs=pairs, pair_sizes=pair_sizes, serial=args.serial,
+                   pair_repeats=repeats if repeats is not None else 2, sizes_from=args.sizes_from,
                    sizes_by_benchmark=by_benchmark, torch_backend=args.torch_backend, device=args.device,
                    buffer=buffer, stage_host=args.stage_host, cuda_graph=args.cuda_graph,
                    nccl_connect=getattr(args, "nccl_connect", "runtime"), gpus_per_node=args.gpus_per_node,
@@ -263,6 +270,9 @@ def _resolve_buffer(args) -> str:
             raise UsageError("--stage-host copies device buffers through the host: it needs --device cuda")
     if args.cuda_graph and not (args.backend == "torch" and args.device == "cuda"):
         raise UsageError("--cuda-graph captures torch.distributed calls on CUDA: add --backend torch --device cuda")
+    if args.cuda_graph and args.torch_backend not in ("auto", "nccl"):
+        raise UsageError(f"--cuda-graph captures NCCL's kernels; torch's {args.torch_backend} backend runs on the host "
+                         f"and cannot be captured in a CUDA graph: use --torch-backend nccl (or auto)")
     if args.cuda_graph and args.time_budget is not None:
         raise UsageError("--time-budget sizes the timed iterations from the eager warmup, whose launch costs are not "
                          "what a graph replay pays: give --cuda-graph a count with -i instead")

@@ -9,7 +9,8 @@ the measurement (buffers, calls, barriers, communicator split, gathers, statisti
 Part 2, the model at N nodes (``--ppn`` ranks each, R = N x ppn ranks), with stated network parameters
 (``--alpha-us`` per message, ``--link-gbps`` per node):
 
-- pairs: 2 (N - 1) rounds (latency and bandwidth matrices, round-robin); a round = the harness cost + its
+- pairs: 2 (N - 1) rounds (latency and bandwidth matrices, round-robin) per pass, ``PAIR_PASSES`` passes (the
+  default of ``--pair-repeats``); a round = the harness cost + its
   iterations (ping-pong: 2 alpha + 2 S / link; windowed stream: W S / link + 2 alpha) + the cell gather to rank 0;
 - bisection: ceil(log2 N) rounds at most; a round = the harness cost + a communicator split (alpha log2 R +
   8 R bytes of (color, key) pairs) +
@@ -43,6 +44,7 @@ NODES = (16, 64, 256, 1024, 4096, 16384)
 DEFAULT_SIZES = [1 << k for k in range(21)]  #: 1 B .. 1 MiB, as `microbench run` by default
 SWEEP = ("allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw")
 PAIR_SIZES, BISECT_SIZE, WINDOW = (8, 1 << 20), 1 << 20, 64
+PAIR_PASSES = 2  #: passes over every pair, the default of `run pairs --pair-repeats` (issue 39)
 
 
 def omb_counts(benchmark: str, size: int) -> int:
@@ -72,8 +74,9 @@ def measure_here() -> dict:
         sweep = [r for r in _run(["allreduce", "-m", "8:1M", "-i", "100", "-x", "10", "--cycles", "1"],
                                  Path(tmp) / "s.jsonl") if r["type"] == "result"]
     # a pairs record's latency is per message: an iteration of the bandwidth matrix moves a window of them
-    pair_round = [(r["wall_s"] - r["rounds"] * (r["iterations"] + r["warmup"]) * (r["window"] or 1)
-                   * r["latency_us"]["max"] * 1e-6) / r["rounds"] for r in pairs]
+    passes = [len(r.get("repeats") or [None]) for r in pairs]  # each pass measured every round again
+    pair_round = [(r["wall_s"] - k * r["rounds"] * (r["iterations"] + r["warmup"]) * (r["window"] or 1)
+                   * r["latency_us"]["max"] * 1e-6) / (k * r["rounds"]) for r, k in zip(pairs, passes)]
     rounds = len(bisect["rounds"])
     bisect_measured = sum((bisect["iterations"] + bisect["warmup"]) * max(r["p50_us"]) * 1e-6 for r in bisect["rounds"])
     per_size = [r["wall_s"] - (r["iterations"] + r["warmup"]) * r["latency_us"]["avg"] * 1e-6 for r in sweep]
@@ -120,7 +123,7 @@ def model(nodes: int, cost: dict, a: argparse.Namespace) -> dict:
     pair_bytes = gather_bytes(ranks, nodes // 2, cell)
     pair_iters = [(20 + 2) * t_collective("latency", 2, PAIR_SIZES[0], alpha, link),
                   (20 + 2) * t_collective("bw", 2, PAIR_SIZES[1], alpha, link)]
-    pairs_s = sum((nodes - 1) * (cost["pairs_round_s"] + it + gather_s(pair_bytes)) for it in pair_iters)
+    pairs_s = PAIR_PASSES * sum((nodes - 1) * (cost["pairs_round_s"] + it + gather_s(pair_bytes)) for it in pair_iters)
     b_rounds = math.ceil(math.log2(nodes))
     times = pickle.dumps((0, [123.456] * a.bisect_iterations, None), protocol=5)
     b_bytes = gather_bytes(ranks, 2, times)
@@ -130,7 +133,7 @@ def model(nodes: int, cost: dict, a: argparse.Namespace) -> dict:
     summary = summary_bytes(ranks, nodes, a.bins)
     soak_s = sum(cost["size_s"] + omb_counts(b, s) * t_collective(b, nodes, s, alpha, link)
                  + gather_s(summary["size_bytes_total"]) for b in SWEEP for s in DEFAULT_SIZES)
-    return {"nodes": nodes, "ranks": ranks, "pairs_rounds": 2 * (nodes - 1), "pairs_s": pairs_s,
+    return {"nodes": nodes, "ranks": ranks, "pairs_rounds": 2 * PAIR_PASSES * (nodes - 1), "pairs_s": pairs_s,
             "pairs_round_bytes": pair_bytes, "bisect_rounds": b_rounds, "bisect_s": bisect_s,
             "bisect_round_bytes": b_bytes, "soak_cycle_s": soak_s, **summary}
 

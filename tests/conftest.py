@@ -45,6 +45,8 @@ ALLOWED_SKIPS: dict[str, tuple[str, str]] = {
     "test_torch.py::test_cold_graphs_rotate_through_the_pool": _NO_CUDA,
     "test_torch.py::test_mpi_device_buffers_with_a_device_flush": _NO_CUDA,
     "test_torch.py::test_staged_in_place_moves_the_device_data": _NO_CUDA,
+    "test_torch.py::test_paired_nccl_samples_wait_behind_the_gate": _NO_CUDA,
+    "test_torch.py::test_two_ranks_on_one_gpu_are_refused_before_nccl": _NO_CUDA,
     "test_cache.py::test_huge_pages_granted_by_this_kernel_are_counted": (
         "whether the kernel grants huge pages depends on its THP mode and on fragmentation",
         r"^transparent huge pages are \w+ on this kernel|^this kernel granted no huge page"),

@@ -155,8 +155,11 @@ def error_line(done: Done, pattern: str) -> str:
 
 
 def clean_exit(done: Done, *codes: int) -> None:
-    """Exit status one of ``codes`` (0 by default); never 3 (internal) nor a signal."""
+    """Exit status one of ``codes`` (0 by default); never 3 (internal) nor a signal. Where a verdict is accepted
+    (0 or 1), so is 4, INCONCLUSIVE: these tests judge that hostile input ends cleanly, not the verdict (a gate
+    that could not see says so: issue 39)."""
     codes = codes or (0,)
+    codes = (*codes, 4) if {0, 1} & set(codes) else codes
     assert done.returncode in codes, f"exit {done.returncode}, expected one of {codes}\n{done.output[-4000:]}"
 
 
@@ -222,6 +225,7 @@ def pairs_with_matrix(rec: dict, matrix: list[list[float | None]]) -> dict:
     n = len(matrix)
     cells = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
     out = copy.deepcopy(rec)
+    out.pop("repeats", None)  # one pass: the matrix given is the whole test (issue 39's passes are the real run's)
     out.update(_matrix_fields(_Plan(n), METRICS[0], matrix))
     out["latency_us"] = _latency_over_pairs(cells)
     out["ranks"] = n

@@ -108,3 +108,27 @@ def microbench_run(out):
 
     return microbench("run", "--np", "2", "allreduce", "latency", "-m", "8,64", "-i", "20", "-x", "2",
                       "--out", str(out))
+
+
+def test_the_corpus_script_collects_real_launches_and_measures_the_gates_rates(tmp_path):
+    """scripts/gate_corpus.py (issue 39) on its cheapest setting: one quiet launch and one with a busy core,
+    their manifest; then the rates over the committed corpus with one draw a cell (the figures are the
+    script's, docs/regressions.md's, never a test's)."""
+    import json
+
+    script = REPO / "scripts" / "gate_corpus.py"
+    out = tmp_path / "corpus"
+    proc = run_process([sys.executable, str(script), "collect", str(out), "--nights", "1", "--per-state", "1",
+                        "--states", "quiet,one"], timeout=300)
+    assert proc.returncode == 0, proc.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["launches"] == 2 and manifest["failed"] == 0 and manifest["seconds"] > 0
+    assert sorted(p.name for p in out.glob("*.jsonl")) == ["n00-one-0.jsonl", "n00-quiet-0.jsonl"]
+    run = json.loads((out / "n00-one-0.jsonl").read_text().splitlines()[0])
+    assert run["machine"] and "MICROBENCH_SIGNAL_NOTE" in run["per_launch"]["env"]
+    proc = run_process([sys.executable, str(script), "rates", str(REPO / "tests" / "fixtures" / "corpus" / "launches"),
+                        "--draws", "1", "--json", str(tmp_path / "rates.json")], timeout=600)
+    assert proc.returncode == 0, proc.output
+    assert "| 8 + 8 | same code |" in proc.stdout and "| 30 | 2x from night 20 |" in proc.stdout
+    doc = json.loads((tmp_path / "rates.json").read_text())
+    assert doc["launches"] == 60 and doc["configurations"] == 48 and len(doc["compare"]) == 28

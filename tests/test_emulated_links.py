@@ -135,9 +135,11 @@ def test_check_fails_the_throttled_cluster_on_its_slowest_link(throttled_runs):
     assert "rule 2 FAIL: slowest link above 160 Mbit/s" in out
 
 
-def test_check_names_the_throttled_node(throttled_runs):
+def test_check_names_the_throttled_node_and_asks_for_more_runs(throttled_runs):
+    """One run flags node2, but the spec's outlier rule asks for 3 runs: INCONCLUSIVE, naming it (issue 39)."""
     code, out = _check(throttled_runs[4])
-    assert code == 1 and "rule 1 FAIL: no link stands out" in out and SLOW in out, out
+    assert code == 1 and "rule 1 INCONCLUSIVE: no link stands out" in out and SLOW in out, out
+    assert "repeat before acting" in out
 
 
 def test_check_passes_the_same_cluster_unthrottled(emulated_cluster, tmp_path):
@@ -150,7 +152,7 @@ def test_check_passes_the_same_cluster_unthrottled(emulated_cluster, tmp_path):
     assert proc.returncode == 0, proc.output
     code, text = _check(out)
     assert "rule 2 PASS: slowest link above 160 Mbit/s" in text, text
-    # rule 1 judges the spread of unthrottled veth links (0.07 to 0.5 GB/s on a loaded machine), which noise
-    # can push past the outlier rule; whatever it says, the exit status must agree with the two verdicts
+    # rule 1 asks for 3 runs (issue 39): on one it is INCONCLUSIVE whatever the noise of unthrottled veth links
+    # (0.07 to 0.5 GB/s on a loaded machine) made the run flag, and never a FAIL
     rule1 = next(line for line in text.splitlines() if line.lstrip().startswith("rule 1 "))
-    assert code == (0 if "rule 1 PASS" in rule1 else 1), text
+    assert rule1.startswith("rule 1 INCONCLUSIVE") and code == 4, text

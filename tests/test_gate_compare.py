@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import re
 from itertools import combinations
 
 import numpy as np
 import pytest
+from fixtures.corpus import corpus
 from fixtures.gate.synth import base_latency, pairs_result, private_index, result, write_run, write_runs
 
 from microbench.cli import main as microbench_main
@@ -67,30 +70,41 @@ def test_verdict(ratio, adjusted, higher_better, expected):
 
 
 # ------------------------------------------------------------------------------------------- compare
-def test_known_30_percent_slowdown_is_flagged(tmp_path, capsys):
-    base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
-    new = write_runs(tmp_path / "new.jsonl", 5, slower(1.3), prefix="n", day=2)
-    result = compare(load_table([base]), load_table([new]))
-    assert len(result.rows) == 8 and not result.only_baseline and not result.only_new
-    for row in result.rows:
-        assert row.ratio == pytest.approx(1.3)
-        assert row.interval[0] > 1 and row.verdict == REGRESSION and row.p_adjusted <= 0.05
-        assert len(row.baseline) == len(row.new) == 5
-    assert cli("--baseline", base, "--new", new) == 1
+def real_sides(tmp_path, runs: int, factor: float, seed: int = 3, new_runs: int | None = None,
+               benchmarks=("allreduce", "latency")):
+    """Two sides of distinct real launches from the corpus (tests/fixtures/corpus), the new side's latencies of
+    ``benchmarks`` x ``factor`` (bandwidths recomputed), on two days."""
+    drawn = corpus.draw(random.Random(seed), runs + (new_runs or runs))
+    base = corpus.write_side(tmp_path / "base.jsonl", drawn[:runs], corpus.dt.date(2026, 3, 1))
+    new = corpus.write_side(tmp_path / "new.jsonl", drawn[runs:], corpus.dt.date(2026, 3, 2), factor, benchmarks)
+    return base, new
+
+
+def test_known_30_percent_slowdown_of_real_runs_is_flagged(tmp_path, capsys):
+    base, new = real_sides(tmp_path, 6, 1.3)
+    result = compare(load_table([base]), load_table([new]), select=lambda t: t.config_mask(
+        lambda k: k.benchmark in ("allreduce", "latency")))
+    assert len(result.rows) == 16 and not result.only_baseline and not result.only_new
+    flagged = [r for r in result.rows if r.verdict == REGRESSION]
+    assert len(flagged) >= 12, [(r.key.benchmark, r.key.size_bytes, r.ratio, r.verdict) for r in result.rows]
+    for row in flagged:
+        assert row.ratio > 1.05 and row.interval[0] > 1 and row.p_adjusted <= 0.05
+        assert len(row.baseline) == len(row.new) == 6
+    assert {r.verdict for r in result.rows} <= {REGRESSION, NOISE}
+    assert cli("--baseline", base, "--new", new, "-b", "allreduce,latency") == 1
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if not line.startswith("#") and line.endswith("REGRESSION")]
-    assert len(rows) == 8
     assert "ratio = median(new) / median(baseline)" in out and "-> FAIL" in out
 
 
 def test_identical_runs_are_not_flagged(tmp_path, capsys):
+    """Runs with no spread at all: every configuration could see any change beyond the threshold: PASS."""
     base = write_runs(tmp_path / "base.jsonl", 5, slower(1.0), prefix="b")
     new = write_runs(tmp_path / "new.jsonl", 5, slower(1.0), prefix="n", day=2)
     result = compare(load_table([base]), load_table([new]))
     assert {r.verdict for r in result.rows} == {OK}
     assert all(r.ratio == pytest.approx(1.0) and r.p_adjusted > 0.05 for r in result.rows)
     assert cli("--baseline", base, "--new", new) == 0
-    assert "-> PASS" in capsys.readouterr().out
+    assert "-> PASS (each configuration would have seen a 25 % rise with 90 % probability)" in capsys.readouterr().out
 
 
 def test_bandwidth_regression_is_a_fall(tmp_path):
@@ -102,50 +116,47 @@ def test_bandwidth_regression_is_a_fall(tmp_path):
     assert {r.verdict for r in faster.rows} == {IMPROVED}
 
 
-def test_single_runs_cannot_be_judged_and_fail_only_when_asked(tmp_path, capsys):
-    """An untested change is no FAIL with a stated error rate: it fails with --fail-unconfirmed only."""
-    base = write_runs(tmp_path / "base.jsonl", 1, slower(1.0), prefix="b")
-    new = write_runs(tmp_path / "new.jsonl", 1, slower(1.3), prefix="n")
+def test_single_real_runs_cannot_be_judged_and_are_inconclusive(tmp_path, capsys):
+    """One real run a side, 30 % slower: no test, so no FAIL with a stated error rate and never PASS."""
+    base, new = real_sides(tmp_path, 1, 1.3)
     result = compare(load_table([base]), load_table([new]))
-    assert {r.verdict for r in result.rows} == {UNCONFIRMED}
-    assert all(r.interval is None and r.p_adjusted is None for r in result.rows)
-    assert cli("--baseline", base, "--new", new) == 0
+    assert {r.verdict for r in result.rows if r.key.benchmark == "allreduce"} <= {UNCONFIRMED, OK}
+    assert all(r.interval is None and r.p_adjusted is None and r.test is None for r in result.rows)
+    assert cli("--baseline", base, "--new", new) == 4
     out = capsys.readouterr().out
-    assert "too few runs" in out and "regression?" in out and "PASS" not in out
+    assert "too few runs" in out and "regression?" in out and "-> PASS" not in out
     last = out.splitlines()[-1]
-    assert last.startswith("# 8 configuration(s) compared: 8 regression? -> UNTESTED: 8 change(s) beyond 5 % could "
-                           "not be tested (8 worse, 0 better): a side had 1 run(s): 2 or more runs a side"), last
-    assert "--lookback" in last and last.endswith("(exit 0)")
+    assert "-> INCONCLUSIVE: no regression seen, but 48 of 48 configuration(s) could not have seen a 25 % rise: " \
+           "no configuration had the runs for a test; 48 had no test (a side had 1 run" in last, last
+    assert "--lookback" in last and last.endswith("(exit 4)")
     assert "#   allreduce: nothing (too few runs)" in out
-    assert cli("--baseline", base, "--new", new, "--json") == 0
+    assert cli("--baseline", base, "--new", new, "--json") == 4
     doc = json.loads(capsys.readouterr().out)
-    assert doc["outcome"] == "UNTESTED" and doc["exit_status"] == 0 and "UNTESTED" in doc["outcome_text"]
-    assert doc["untested"]["count"] == 8 and doc["untested"]["worse"] == 8 and "2 or more" in doc["untested"]["remedy"]
+    assert doc["outcome"] == "INCONCLUSIVE" and doc["exit_status"] == 4 and "INCONCLUSIVE" in doc["outcome_text"]
+    assert doc["untested"]["worse"] >= 1 and "2 or more" in doc["untested"]["remedy"]
     assert all(r["detectable_change_90"] is None for r in doc["rows"])
-    assert cli("--baseline", base, "--new", new, "--fail-unconfirmed") == 1
-    out = capsys.readouterr().out
-    assert "-> FAIL; also 8 change(s) beyond 5 % could not be tested" in out
+    assert cli("--baseline", base, "--new", new, "--fail-unconfirmed") == 1  # the old flag: INCONCLUSIVE fails
+    assert cli("--baseline", base, "--new", new, "--inconclusive-exit", "0") == 0
+    capsys.readouterr()
 
 
-def test_tested_comparisons_still_pass_and_say_what_they_could_see(tmp_path, capsys):
-    base = write_runs(tmp_path / "base.jsonl", 6, slower(1.0), prefix="b")
-    new = write_runs(tmp_path / "new.jsonl", 6, slower(1.0), prefix="n", day=2)
-    assert cli("--baseline", base, "--new", new, "--plan", "25%") == 0
+def test_real_comparisons_say_what_they_could_see_and_plan_in_whole_runs(tmp_path, capsys):
+    base, new = real_sides(tmp_path, 6, 1.0, seed=4)
+    code = cli("--baseline", base, "--new", new, "-b", "allreduce,latency", "--plan", "25%")
     out = capsys.readouterr().out
-    assert out.splitlines()[-1].endswith("8 ok -> PASS")
     seen = [line for line in out.splitlines() if line.startswith("#   ")]
     assert [line.split(":")[0] for line in seen] == ["#   allreduce", "#   latency"]
-    assert all("runs a side (median / worst size)" in line for line in seen), seen
-    assert cli("--baseline", base, "--new", new, "--json", "--plan", "25%") == 0
+    assert all(re.search(r"25 % needs \d+ / (\d+|more than 1000) runs a side \(median / worst size\)", line)
+               for line in seen), seen
+    assert cli("--baseline", base, "--new", new, "-b", "allreduce,latency", "--json", "--plan", "25%") == code
     doc = json.loads(capsys.readouterr().out)
-    assert doc["outcome"] == "PASS" and doc["untested"]["count"] == 0 and doc["plan_change"] == 0.25
-    for row in doc["rows"]:
-        assert 0.05 < row["detectable_change_90"] < 1 and row["plan_runs_per_side"] >= 2
-        # the runs each side had detect their own figure: plan for it and get no more runs than they had
-    by_bench = {g["benchmark"]: g for g in doc["could_see"]}
-    assert set(by_bench) == {"allreduce", "latency"} and by_bench["latency"]["sizes"] == 4
-    assert by_bench["latency"]["detectable_median"] <= by_bench["latency"]["detectable_max"]
-    assert cli("--baseline", base, "--new", new, "--plan", "4%") == 0
+    assert doc["plan_change"] == 0.25 and doc["untested"]["count"] == 0
+    blind = [r for r in doc["rows"] if not r["detectable_change_90"] <= 0.25]
+    assert doc["outcome"] == ("INCONCLUSIVE" if blind else "PASS") and code == (4 if blind else 0)
+    assert doc["blind_rows"] == len(blind)
+    for g in doc["could_see"]:
+        assert g["detectable_median"] <= g["detectable_max"] and isinstance(g["plan_runs_median"], int)
+    assert cli("--baseline", base, "--new", new, "--plan", "4%") == code
     assert "a 4 % change is within the 5 % threshold: never flagged" in capsys.readouterr().out
 
 
@@ -363,3 +374,40 @@ def test_alternating_runs_are_compared_in_pairs(tmp_path, capsys):
     assert unpaired.p > 0.05  # the same runs judged as two independent batches: lost in the spells
     assert cli("--baseline", base, "--new", new) == 1
     assert "paired t on the log ratio" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------- issue 39: permutation and prediction tests
+def test_the_permutation_p_is_every_split_counted():
+    rng = np.random.default_rng(3)
+    base, new = np.exp(rng.normal(0, 0.1, 5)), np.exp(rng.normal(0.15, 0.1, 4))
+    logs = np.log(np.concatenate([base, new]))
+    observed = abs(logs[5:].mean() - logs[:5].mean())
+    extreme = sum(abs(np.delete(logs, list(c)).mean() - logs[list(c)].mean()) >= observed - 1e-12
+                  for c in combinations(range(9), 5))
+    assert ratiotest.permutation_p(base, new) == pytest.approx(extreme / math.comb(9, 5))
+    assert ratiotest.permutation_reaches(8, 8, 0.05 / 48) and not ratiotest.permutation_reaches(4, 4, 0.05 / 48)
+
+
+def test_compare_keeps_the_larger_of_the_t_and_the_permutation_p(tmp_path):
+    """Two modes (a rare slow mode, as real launches have at some sizes): the t test on 8 + 8 runs is far more
+    sure than the runs allow; the permutation p is what they allow."""
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for i in range(8):
+        write_run(base, [result(p50=1.0 + 0.002 * i)], run_id=f"b{i}", time_utc=f"2026-11-01T0{i}:00:00Z")
+        write_run(new, [result(p50=(1.0 if i < 4 else 1.5) + 0.002 * i + 0.001)], run_id=f"n{i}",
+                  time_utc=f"2026-11-02T0{i}:00:00Z")
+    row, = compare(load_table([base]), load_table([new]), rho=0.0).rows
+    plain = ratiotest.run_test(row.baseline, row.new, 0.0)
+    assert row.test.p == pytest.approx(max(plain.p, ratiotest.permutation_p(row.baseline, row.new)))
+    assert row.test.p >= ratiotest.permutation_p(row.baseline, row.new) > plain.p
+
+
+def test_one_run_against_several_is_a_prediction_test():
+    base = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0]
+    test = ratiotest.prediction_test(base, [1.5])
+    logs = np.log(base)
+    assert test.method == "prediction" and test.df == 7
+    assert test.se == pytest.approx(logs.std(ddof=1) * math.sqrt(1 + 1 / 8))
+    assert test.log_diff == pytest.approx(math.log(1.5) - logs.mean()) and test.p < 1e-6
+    assert ratiotest.prediction_test([1.5], base).log_diff == pytest.approx(-test.log_diff)
+    assert ratiotest.prediction_test(base[:2], [1.5]) is None  # 2 runs: no spread worth the name

@@ -159,3 +159,41 @@ def test_a_ten_year_series_is_judged_without_overflow():
     values[3000:] *= 2
     steps = detect(values, series=300)
     assert [s.index for s in steps] == [3000]
+
+
+# ------------------------------------------------------------------------- issue 39: ties, what a series could find
+def test_the_rank_test_with_ties_counts_every_ordering():
+    """Real p50s tie (histogram bins): the exact p conditional on the ties against brute force."""
+    from itertools import combinations
+
+    from microbench.gate import ranktest
+
+    values = np.array([1, 2, 2, 3, 3, 3, 4, 5, 5, 6.0])
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(10)
+    ranks[order] = np.arange(1, 11)
+    for v in np.unique(values):
+        ranks[values == v] = ranks[values == v].mean()
+    sums = [ranks[list(c)].sum() for c in combinations(range(10), 4)]
+    observed = ranks[[5, 7, 8, 9]].sum()
+    expected = 2 * min(np.mean([s <= observed + 1e-9 for s in sums]), np.mean([s >= observed - 1e-9 for s in sums]))
+    assert ranktest.tied_p(ranks, 4, observed) == pytest.approx(expected)
+    extreme = 2 * min(np.mean([s >= max(sums) - 1e-9 for s in sums]), np.mean([s <= min(sums) + 1e-9 for s in sums]))
+    assert ranktest.smallest_tied_p(ranks, 4) == pytest.approx(extreme)
+    assert ranktest.smallest_tied_p(np.arange(1, 9.0), 4) == pytest.approx(ranktest.smallest_p(4, 4))
+
+
+def test_a_step_among_tied_values_is_found():
+    """16 runs at two binned levels, then 8 at twice them: 48 series judged together (as the corpus's suite)."""
+    values = np.array([0.39, 0.40, 0.41, 0.41, 0.41, 0.44, 0.40, 0.40, 0.41, 0.44, 0.43, 0.44, 0.46, 0.40, 0.39, 0.40]
+                      + [0.78, 0.80, 0.82, 0.80, 0.82, 0.80, 0.80, 0.80])
+    step, = steps.detect(values, 0.05, 0.05, series=48)
+    assert step.index == 16 and step.test == steps.RANK
+
+
+def test_a_series_without_a_step_says_what_it_could_have_found():
+    rng = np.random.default_rng(2)
+    quiet, noisy = np.exp(rng.normal(0, 0.02, 30)), np.exp(rng.normal(0, 0.3, 30))
+    assert 1 < steps.findable_ratio(quiet, series=4) < 1.1 < 1.5 < steps.findable_ratio(noisy, series=4)
+    assert steps.findable_ratio(noisy, series=400) > steps.findable_ratio(noisy, series=4)
+    assert steps.findable_ratio(quiet[:5]) is None and steps.findable_ratio(np.r_[quiet, 0.0]) is None

@@ -3,7 +3,7 @@
 Graph schedules and the barrier after capture, which slots cold graphs replay, which memory check applies
 when ranks share a GPU, staged in-place copies, device selection before MPI_Init, the native loop with a
 flush it cannot write, launch-bound samples. The GPU runs themselves are in test_torch.py (skipped without
-a GPU) and scripts/gpu_node_checks.py (a multi-GPU node).
+a GPU) and scripts/gpu_node_checks.py (a GPU node; its judgements are tested in test_gpu_node_checks.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from microbench.benchmarks.table import ALLREDUCE, Buffers, Context
 from microbench.measure import engine
 from microbench.measure.backends.torch_dist import barrier_takes_device_ids
 from microbench.measure.device import ranks_sharing, staged_copies
-from microbench.measure.gpu_loops import GRAPH_ITERATIONS, graph_schedule
+from microbench.measure.gpu_loops import GRAPH_ITERATIONS, MIN_REPLAYS, graph_schedule
 from microbench.measure.loops import LaunchFacts, PythonLoop
 from microbench.measure.native import loops as native_loops
 from microbench.measure.native import toolchain
@@ -30,19 +30,21 @@ from conftest import run_process
 # ------------------------------------------------------------------------------ CUDA graph schedules
 def test_warm_graphs_replay_one_graph():
     s = graph_schedule(iterations=1000, start=3, nslots=1, each=False)
-    assert s.iterations_per_replay == GRAPH_ITERATIONS and len(s.replays) == 10
-    assert s.graphs == [(0, GRAPH_ITERATIONS)]
+    assert s.iterations_per_replay == 1000 // MIN_REPLAYS and len(s.replays) == MIN_REPLAYS
+    assert s.graphs == [(0, 1000 // MIN_REPLAYS)]  # the lead replays the same one graph
+    s = graph_schedule(iterations=100_000, start=0, nslots=1, each=False)
+    assert s.iterations_per_replay == GRAPH_ITERATIONS and len(s.replays) == 1000
 
 
 def test_cold_graphs_keep_rotating_through_the_pool():
     nslots, per = 7, 10
-    s = graph_schedule(iterations=100, start=2, nslots=nslots, each=False)
-    assert s.iterations_per_replay == per and len(s.replays) == 10
+    s = graph_schedule(iterations=500, start=2, nslots=nslots, each=False)
+    assert s.iterations_per_replay == per and len(s.replays) == 50
     # replay r covers slots start + r*G .. + G-1: consecutive replays never reuse the previous replay's slots
     used = [[(first + i) % nslots for i in range(length)] for first, length in s.replays]
-    assert [u[0] for u in used] == [(2 + r * per) % nslots for r in range(10)]
+    assert [u[0] for u in used] == [(2 + r * per) % nslots for r in range(50)]
     flat = [slot for u in used for slot in u]
-    assert flat == [(2 + i) % nslots for i in range(100)]  # exactly the eager loop's slot order
+    assert flat == [(2 + i) % nslots for i in range(500)]  # exactly the eager loop's slot order
     assert len(s.graphs) == nslots  # gcd(10, 7) = 1: every start slot once
 
 
@@ -237,27 +239,6 @@ def test_the_gpu_is_chosen_before_mpi_starts():
     assert "microbench: error: no GPU here (selection order test)" in proc.stderr
 
 
-def test_the_node_check_reports_a_skip_as_a_skip(tmp_path, monkeypatch, capsys):
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("gpu_node_checks", REPO / "scripts" / "gpu_node_checks.py")
-    checks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checks)
-    assert checks.item_graph_alignment(1, tmp_path)[0] == checks.SKIP  # needs two GPUs: not run, not passed
-    assert checks.item_p2p_graphs(1, tmp_path)[0] == checks.SKIP
-    torch = pytest.importorskip("torch", reason="the node check's main needs torch")
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(checks, "ITEMS", [("passes", lambda g, o: (checks.PASS, "")),
-                                          ("skips", lambda g, o: (checks.SKIP, "")),
-                                          ("fails", lambda g, o: (checks.FAIL, ""))])
-    monkeypatch.setattr(sys, "argv", ["gpu_node_checks.py", "--out", str(tmp_path)])
-    assert checks.main() == 1  # one failed item; the skip is neither a pass nor a failure
-    out = capsys.readouterr().out
-    assert "SKIP  skips" in out and "1 passed, 1 failed, 1 skipped" in out
-
-
 # ------------------------------------------------------------------------------ the run record's GPUs
 def test_rccl_is_named_behind_a_rocm_builds_nccl_backend():
     from microbench.cluster.torch_runtime import collective_library, torch_metadata
@@ -301,27 +282,24 @@ def test_ranks_on_a_gpu_whose_uuid_is_unknown_are_told_apart_by_bus_id_then_inde
 
 
 def test_two_ranks_on_one_gpu_are_refused_under_nccl_in_one_line_also_without_a_uuid():
-    from types import SimpleNamespace
-
     from microbench.errors import UsageError
-    from microbench.run.preflight import check_gpu_sharing, gpu_identities
+    from microbench.measure.device import refuse_shared_gpus
 
     gpus = [{"host": "n0", "uuid": None, "bus_id": "0000:18:00.0", "index": 0, "local_rank": 0},
             {"host": "n0", "uuid": None, "bus_id": "0000:18:00.0", "index": 0, "local_rank": 1},
             {"host": "n0", "uuid": None, "bus_id": None, "index": 0, "local_rank": 2},
             {"host": "n0", "uuid": None, "bus_id": None, "index": 0, "local_rank": 3}]
-    nccl = SimpleNamespace(gpus=gpus, torch_meta={"backend": "nccl"})
     with pytest.raises(UsageError, match=r"^ranks 0, 1 share GPU bus id 0000:18:00.0 on n0: NCCL needs one GPU"):
-        check_gpu_sharing(nccl, gpu_identities(None, nccl))
-    gloo = SimpleNamespace(gpus=gpus, torch_meta={"backend": "gloo"})
-    check_gpu_sharing(gloo, gpu_identities(None, gloo))  # gloo copies through the host: sharing is allowed
-    apart = SimpleNamespace(gpus=gpus[1:], torch_meta={"backend": "nccl"})
-    check_gpu_sharing(apart, gpu_identities(None, apart))  # nothing known of ranks 2 and 3: not refused
+        refuse_shared_gpus(gpus)
+    with pytest.raises(UsageError, match=r"RCCL needs one GPU"):
+        refuse_shared_gpus(gpus, "RCCL")
+    refuse_shared_gpus(gpus[1:])  # nothing known of ranks 2 and 3: not refused (gloo is never asked: it may share)
 
 
 # ------------------------------------------------------------------------------ NCCL's runtime connection
 def test_eager_nccl_connection_is_set_before_the_communicator_and_recorded():
-    from microbench.cluster.torch_runtime import NCCL_CONNECT_DEFAULT, nccl_connect_env
+    from microbench.cluster.torch_runtime import (NCCL_CONNECT_DEFAULT, NCCL_CONNECT_NO_CUMEM, NCCL_CONNECT_OLD,
+                                                  connects_at_runtime, nccl_connect_env)
 
     env = {}
     assert nccl_connect_env("nccl", "eager", env) == "0" and env == {"NCCL_RUNTIME_CONNECT": "0"}
@@ -331,6 +309,21 @@ def test_eager_nccl_connection_is_set_before_the_communicator_and_recorded():
     assert nccl_connect_env("nccl", "runtime", env) == "0"
     env = {}
     assert nccl_connect_env("gloo", "eager", env) is None and env == {}
+    # where NCCL connects with the communicator anyway, the record says so rather than "runtime"
+    assert nccl_connect_env("nccl", "runtime", {}, (2, 21, 5)) == NCCL_CONNECT_OLD.format(version="2.21.5")
+    assert nccl_connect_env("nccl", "runtime", {"NCCL_CUMEM_ENABLE": "0"}, (2, 27, 3)) == NCCL_CONNECT_NO_CUMEM
+    assert nccl_connect_env("nccl", "runtime", {}, (2, 27, 3)) == NCCL_CONNECT_DEFAULT
+    assert connects_at_runtime(NCCL_CONNECT_DEFAULT) and connects_at_runtime("1")
+    assert not any(map(connects_at_runtime, ("0", NCCL_CONNECT_NO_CUMEM, NCCL_CONNECT_OLD.format(version="2.18.1"))))
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi", "ucc"])
+def test_cuda_graphs_outside_nccl_are_one_error_line(backend):
+    result = microbench("run", "--backend", "torch", "--device", "cuda", "--torch-backend", backend, "--cuda-graph",
+                        "allreduce", "-m", "8")
+    assert result.returncode == 2 and result.stderr.count("microbench: error:") == 1, result.output
+    assert f"torch's {backend} backend runs on the host and cannot be captured" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_nccl_connect_outside_nccl_is_one_error_line():
@@ -338,15 +331,3 @@ def test_nccl_connect_outside_nccl_is_one_error_line():
                         "allreduce", "-m", "8")
     assert result.returncode == 2
     assert "--nccl-connect applies to the NCCL backend" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_the_node_check_measures_the_nccl_connection_item_and_skips_it_on_one_gpu(tmp_path):
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("gpu_node_checks", REPO / "scripts" / "gpu_node_checks.py")
-    checks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checks)
-    assert checks.item_nccl_connect in [f for _, f in checks.ITEMS]
-    assert checks.item_nccl_connect(1, tmp_path)[0] == checks.SKIP

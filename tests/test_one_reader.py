@@ -29,6 +29,7 @@ OTHER_INPUTS = {
     "benchmarks/workload_sizes.py": "a `microbench workload --json` file (--sizes-from)",
     "cli.py": "/dev/null, to silence stdout after a broken pipe",
     "cluster/facts.py": "/proc and /sys facts of the machine",
+    "cluster/machine.py": "/proc/loadavg, /proc/stat and /proc/PID/stat (what else the host was doing)",
     "cluster/launch.py": "writes the --np parent's signal note",
     "cluster/links.py": "/sys facts of a host's links (or a recorded host's copy of them)",
     "cluster/links_nvml.py": "a recorded host's NVML answers (nvml.json)",

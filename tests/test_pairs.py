@@ -105,7 +105,45 @@ def test_pairs_matrix_on_four_ranks(schedule, tmp_path):
         assert isinstance(r["outliers"], list) and r["outlier_rule"]["cells"] == 6
         assert isinstance(r["node_outliers"], list) and r["node_outlier_rule"]["nodes"] == 4
         assert r["latency_us"]["samples"] == 6
+        # two passes by default (issue 39): the matrix is their cellwise median, each pass kept
+        assert len(r["repeats"]) == 2 and r["outlier_rule"]["passes"] == 2 == r["outlier_rule"]["passes_needed"]
+        for i in range(4):
+            for j in range(4):
+                if i != j:
+                    assert m[i][j] == pytest.approx((r["repeats"][0][i][j] + r["repeats"][1][i][j]) / 2)
     assert "# pairs: latency" in proc.stdout and "# pairs: bandwidth" in proc.stdout
+
+
+def test_a_node_that_stands_out_in_one_pass_only_is_not_flagged():
+    """Issue 39: node 2 slow in one of three passes (a noisy moment) is not named; slow in two of three, it is."""
+    from microbench.measure.outliers import flag_matrix, median_matrix
+
+    def slow_node(value):
+        m = _matrix(5, 2.0)
+        for j in (0, 1, 3, 4):
+            m[2][j] = m[j][2] = value
+        return m
+    labels = [f"n{i}" for i in range(5)]
+    once = [slow_node(9.0), _matrix(5, 2.0), _matrix(5, 2.1)]
+    alone = flag_matrix(slow_node(9.0), labels, True)
+    assert [n["label"] for n in alone["node_outliers"]] == ["n2"]  # one pass, as before: named
+    flagged = flag_matrix(median_matrix(once), labels, True, repeats=once)
+    assert flagged["node_outliers"] == [] and flagged["outliers"] == []
+    twice = [slow_node(9.0), slow_node(8.0), _matrix(5, 2.0)]
+    flagged = flag_matrix(median_matrix(twice), labels, True, repeats=twice)
+    assert [n["label"] for n in flagged["node_outliers"]] == ["n2"]
+    assert flagged["node_outlier_rule"]["passes"] == 3 and flagged["node_outlier_rule"]["passes_needed"] == 2
+    # two passes (the default), one of them slow: the median (5.5) stands out, but not in both passes
+    split = [slow_node(9.0), _matrix(5, 2.0)]
+    assert [n["label"] for n in flag_matrix(median_matrix(split), labels, True)["node_outliers"]] == ["n2"]
+    assert flag_matrix(median_matrix(split), labels, True, repeats=split)["node_outliers"] == []
+
+
+def test_pair_repeats_is_checked():
+    proc = microbench("run", "--np", "2", "latency", "--pair-repeats", "2", "-m", "8")
+    assert proc.returncode == 2 and "--pair-repeats applies to the pairwise link test" in proc.stderr
+    proc = microbench("run", "--np", "2", "pairs", "--pair-repeats", "0", "-m", "8")
+    assert proc.returncode == 2 and "--pair-repeats must be from 1 to 100" in proc.stderr
 
 
 def test_serial_without_pairs_is_refused():

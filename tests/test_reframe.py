@@ -36,6 +36,15 @@ site_configuration = {{
             'format_perfvars': ('%(check_perf_var)s=%(check_perf_value)s,%(check_perf_unit)s,%(check_perf_ref)s,'
                                 '%(check_perf_lower_thres)s,%(check_perf_upper_thres)s,%(check_perf_result)s|'),
             'append': True,
+        }}, {{
+            # docs/reframe.md's format, with the phase and reason of a failure
+            'type': 'filelog', 'prefix': 'doc/%(check_system)s/%(check_partition)s', 'level': 'info',
+            'format': '%(check_job_completion_time)s|%(check_result)s|%(check_benchmark)s|%(check_ranks)s|'
+                      '%(check_fail_phase)s|%(check_fail_reason)s|%(check_perfvalues)s',
+            'format_perfvars': '%(check_perf_var)s=%(check_perf_value)s %(check_perf_unit)s '
+                               '(ref %(check_perf_ref)s, %(check_perf_lower_thres)s..%(check_perf_upper_thres)s) '
+                               '%(check_perf_result)s|',
+            'append': True,
         }}],
     }}],
 }}
@@ -110,6 +119,45 @@ class mb_site_mpi(microbench_benchmark):
 
 
 @rfm.simple_test
+class mb_other_ranks_strict(microbench_benchmark):
+    benchmark = parameter(['allreduce'])
+    sizes = parameter(['8'])
+    run_options = SHORT
+    allow_bundled_mpi = True
+    reference_files = [{four_ranks!r}]  # emitted from a spec for 4 ranks: nothing applies to this 2-rank test
+    strict_references = True
+
+
+@rfm.simple_test
+class mb_second_misspelt_strict(microbench_benchmark):
+    benchmark = parameter(['allreduce'])
+    sizes = parameter(['8'])
+    run_options = SHORT
+    allow_bundled_mpi = True
+    reference_files = ['good.json', 'misspelt.json']  # the first covers local:default, the second is misspelt
+    strict_references = True
+
+
+@rfm.simple_test
+class mb_hang(microbench_benchmark):
+    benchmark = parameter(['allreduce'])
+    sizes = parameter(['8:64M'])
+    run_options = ['-x', '3', '-i', '20000']  # the small sizes take a few seconds, the whole sweep hours
+    allow_bundled_mpi = True
+    time_limit = '8s'
+    records_dir = 'kept'
+
+
+@rfm.simple_test
+class mb_collective_nodes(microbench_benchmark):
+    benchmark = parameter(['allreduce'])
+    sizes = parameter(['8'])
+    run_options = SHORT
+    allow_bundled_mpi = True
+    nodes = 2  # this partition is one node
+
+
+@rfm.simple_test
 class mb_mismatch(microbench_benchmark):
     benchmark = parameter(['allreduce'])
     sizes = parameter(['8'])
@@ -165,10 +213,12 @@ def session(tmp_path_factory):
     _, launch_env = mpiexec_prefix(2)
     (tmp / "config.py").write_text(CONFIG.format(env_vars=sorted([k, v] for k, v in launch_env.items())))
     (tmp / "checks.py").write_text(CHECKS.format(
-        loose=emit_references(tmp, "loose", LOOSE_SPEC), mismatch=emit_references(tmp, "mismatch", MISMATCH_SPEC)))
+        loose=emit_references(tmp, "loose", LOOSE_SPEC), mismatch=emit_references(tmp, "mismatch", MISMATCH_SPEC),
+        four_ranks=emit_references(tmp, "four", '[defaults]\nranks = 4\n' + IMPOSSIBLE_SPEC)))
     emit_references(tmp, "impossible", IMPOSSIBLE_SPEC)
     emit_references(tmp, "misspelt", '[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_us = 1e6\n',
                     scope="local:lcoal")
+    emit_references(tmp, "good", '[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_us = 1e6\n')
     done = reframe(tmp, tmp_path_factory.mktemp("elsewhere"), "-S", "mb_typed.allow_bundled_mpi=False",
                    "-S", "mb_typed.data_check=false")
     assert (tmp / "report.json").exists(), done.output
@@ -276,7 +326,7 @@ def test_sanity_asserts_the_library_the_spec_filters_and_every_referenced_size(s
     reason = mismatch["fail_reason"]
     assert "does not match 'Cray MPICH'" in reason
     assert "results have dtype='float32', spec rule 1 names dtype='float64'" in reason
-    assert "no allreduce result at 2K B" in reason
+    assert "no allreduce result at 2K" in reason and "2K B" not in reason
 
 
 def test_the_kept_records_are_a_complete_run_that_check_reads(session, tmp_path):
@@ -311,17 +361,58 @@ def test_references_for_a_misspelt_partition_warn_or_fail_when_strict(session):
     assert loose["result"] == "pass", loose["fail_reason"]
     assert "none of which covers local:default" in done.output and "local:lcoal" in done.output
     strict = case(cases, "mb_misspelt_strict", "allreduce")
-    assert strict["result"] == "fail" and "none of which covers local:default" in strict["fail_reason"]
+    assert (strict["result"], strict["fail_phase"]) == ("fail", "performance")
+    assert "none of which covers local:default" in strict["fail_reason"]
+    assert "performance error" in strict["fail_reason"] or "sanity error" not in strict["fail_reason"]
 
 
-def test_a_failed_tests_records_are_kept_in_records_dir(session):
+def test_references_made_for_other_ranks_or_a_misspelt_second_file_fail_when_strict(session):
+    """Issue 39: a file emitted for 4 ranks applies to nothing in a 2-rank test; a misspelt scope in a second
+    file is caught although the first covers the partition."""
+    cases, _, _ = session
+    other = case(cases, "mb_other_ranks_strict", "allreduce")
+    assert other["result"] == "fail", other["fail_reason"]
+    assert "applies to allreduce on 2 ranks (mpi)" in other["fail_reason"] and "4 ranks" in other["fail_reason"]
+    second = case(cases, "mb_second_misspelt_strict", "allreduce")
+    assert second["result"] == "fail", second["fail_reason"]
+    assert "local:lcoal" in second["fail_reason"] and "name no system or partition" in second["fail_reason"]
+
+
+def test_a_failed_tests_records_are_kept_in_records_dir_named_by_its_parameters(session):
     cases, _, _ = session
     slow = case(cases, "mb_slow", "allreduce")
     assert slow["result"] == "fail"
-    kept = list((Path(slow["filename"]).parent / "kept").glob("*.jsonl"))
-    assert len(kept) == 1 and "mb_slow" in kept[0].name
+    kept = list((Path(slow["filename"]).parent / "kept").glob("mb_slow-*.jsonl"))
+    assert len(kept) == 1 and kept[0].name.startswith("mb_slow-allreduce-8-mpi-2r-local-default-"), kept
     recs = read_jsonl(kept[0])
     assert recs[0]["type"] == "run" and recs[-1]["type"] == "end"
+
+
+def test_a_job_ended_by_its_time_limit_keeps_its_partial_records(session):
+    """Issue 39: the hang a site most wants kept; microbench writes straight into records_dir."""
+    cases, _, _ = session
+    hang = case(cases, "mb_hang", "allreduce")
+    assert (hang["result"], hang["fail_phase"]) == ("fail", "run"), hang["fail_reason"]
+    kept = list((Path(hang["filename"]).parent / "kept").glob("mb_hang-allreduce-8_64M-*.jsonl"))
+    assert len(kept) == 1, kept
+    recs = read_jsonl(kept[0])
+    assert recs[0]["type"] == "run" and any(r["type"] == "result" for r in recs)
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "incomplete" and "SIGTERM" in recs[-1]["reason"]
+
+
+def test_a_collective_on_too_few_nodes_is_not_called_point_to_point(session):
+    cases, _, _ = session
+    allreduce = case(cases, "mb_collective_nodes", "allreduce")
+    assert (allreduce["result"], allreduce["fail_phase"]) == ("fail", "sanity")
+    assert "asks for 2 node(s)" in allreduce["fail_reason"] and "point-to-point" not in allreduce["fail_reason"]
+
+
+def test_the_documented_perflog_format_logs_why_a_test_failed(session):
+    case_file = Path(next(iter(session[0].values()))["filename"]).parent
+    lines = [line for log in (case_file / "perflogs" / "doc" / "local" / "default").glob("*.log")
+             for line in log.read_text().splitlines()]
+    p2p = [line for line in lines if "|fail|latency|2|" in line]
+    assert p2p and "|sanity|" in p2p[-1] and "the run used 1 host(s)" in p2p[-1], lines[-5:]
 
 
 def test_a_dry_run_passes_every_test(session, tmp_path):

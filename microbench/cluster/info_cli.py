@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from microbench import __version__
@@ -25,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="recorded", action="append", metavar="DIR",
                    help="show the links of a host recorded by scripts/record_links.py (a folder with sys/ and "
                         "nvml.json) instead of this one's; repeatable")
+    p.add_argument("--conditions", action="store_true",
+                   help="print what may explain a step in history (the recorded conditions) and what never does "
+                        "(per-launch values), each with its reason, and this environment's split of them")
 
 
 def collect() -> dict:
@@ -68,6 +72,21 @@ def collect() -> dict:
 
 
 def main(args) -> int:
+    if getattr(args, "conditions", False):
+        from microbench.cluster import conditions
+
+        kept, apart = conditions.split_env(dict(os.environ))
+        if args.json:
+            print(json.dumps({"conditions": [{"name": e.name, "reason": e.reason} for e in conditions.FIELDS],
+                              "recorded_prefixes": list(conditions.RECORDED_PREFIXES),
+                              "per_launch": [{"pattern": p, "reason": w} for p, w in conditions.PER_LAUNCH],
+                              "this_environment": {"conditions": sorted(kept), "per_launch": sorted(apart)}},
+                             indent=2))
+        else:
+            print("\n".join(conditions.table_lines()))
+            print(f"this environment: conditions {', '.join(sorted(kept)) or 'none'}; per-launch "
+                  f"{', '.join(sorted(apart)) or 'none'}")
+        return 0
     if args.recorded:
         return _show_recorded(args.recorded, args.json)
     found = collect()

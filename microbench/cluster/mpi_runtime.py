@@ -4,6 +4,7 @@ control-plane reductions (``MPIReducer``) on a communicator kept apart from the 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -88,7 +89,12 @@ class MPILibrary:
     abi: str  #: openmpi | mpich (the ABI family mpi4py selected)
     path: str | None  #: the libmpi file mapped into this process
     prefix: str | None  #: its installation prefix (<prefix>/lib/libmpi.so)
-    bundled: str | None  #: the PyPI wheel it came from, or None for a site MPI
+
+    @functools.cached_property
+    def bundled(self) -> str | None:
+        """The PyPI wheel the library came from, or None for a site MPI: asked of the installed packages' file
+        lists (importlib.metadata, about a hundred file-system calls) only where it is needed, on rank 0."""
+        return _bundled_distribution(self.path)
 
     def as_record(self) -> dict:
         return {"library_version": self.version_string, "standard": self.standard, "abi": self.abi,
@@ -112,7 +118,7 @@ def library(MPI) -> MPILibrary:
     prefix = os.path.dirname(os.path.dirname(path)) if path else None
     major, minor = MPI.Get_version()
     return MPILibrary(MPI.Get_library_version().strip().replace("\x00", ""), f"{major}.{minor}", abi, path,
-                      prefix, _bundled_distribution(path))
+                      prefix)
 
 
 def shadow_warning(lib: MPILibrary, env: dict | None = None) -> str | None:

@@ -77,18 +77,45 @@ def init_process_group(backend: str, rank: int, size: int, launcher: str | None,
 
 
 NCCL_CONNECT_DEFAULT = "unset (NCCL's default: runtime connection since NCCL 2.22)"
+#: NCCL's own default where it cannot connect at runtime: older than 2.22, or cuMem off (runtimeConn = cuMem && on)
+NCCL_CONNECT_OLD = "unset (NCCL {version} connects with the communicator: runtime connection came in 2.22)"
+NCCL_CONNECT_NO_CUMEM = "unset (NCCL_CUMEM_ENABLE=0: NCCL connects with the communicator; runtime connection needs cuMem)"
 
 
-def nccl_connect_env(backend: str, mode: str, env: dict) -> str | None:
+def nccl_connect_env(backend: str, mode: str, env: dict, version: tuple | None = None) -> str | None:
     """What NCCL_RUNTIME_CONNECT the communicator will read, set in ``env`` first for ``mode`` "eager" ("0":
     every connection made with the communicator, so no call carries one); None for other backends.
 
-    Must run before the NCCL communicator exists: NCCL reads the variable when it creates one."""
+    Unset, what NCCL does by itself is said: runtime connection from NCCL 2.22 (``version``, a tuple) with cuMem
+    on; with an older NCCL or ``NCCL_CUMEM_ENABLE=0`` it connects with the communicator (NCCL's init.cc:
+    runtimeConn = cuMemSupport && NCCL_RUNTIME_CONNECT). Must run before the NCCL communicator exists: NCCL reads
+    the variable when it creates one."""
     if backend != "nccl":
         return None
     if mode == "eager":
         env["NCCL_RUNTIME_CONNECT"] = "0"
-    return env.get("NCCL_RUNTIME_CONNECT", NCCL_CONNECT_DEFAULT)
+    if "NCCL_RUNTIME_CONNECT" in env:
+        return env["NCCL_RUNTIME_CONNECT"]
+    if version is not None and tuple(version[:2]) < (2, 22):
+        return NCCL_CONNECT_OLD.format(version=".".join(map(str, version)))
+    if env.get("NCCL_CUMEM_ENABLE") == "0":
+        return NCCL_CONNECT_NO_CUMEM
+    return NCCL_CONNECT_DEFAULT
+
+
+def connects_at_runtime(recorded: str | None) -> bool:
+    """Whether a run record's ``torch.nccl_runtime_connect`` means NCCL made connections at the first call that
+    needed them (NCCL's default from 2.22 with cuMem, or "1" set by the site)."""
+    return recorded in (NCCL_CONNECT_DEFAULT, "1")
+
+
+def nccl_version(torch) -> tuple | None:
+    """NCCL's version as torch was built with it, (2, 21, 5); None where torch does not say."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+    return tuple(v) if isinstance(v, tuple) else None
 
 
 def group_options(backend: str, device_index: int | None, new_group) -> dict:

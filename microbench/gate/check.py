@@ -9,6 +9,12 @@ worst run) and compared with the limit loosened by the tolerance. ``require_chec
 
 Fail closed: a rule that no measurement matches fails, and so does a size the rule lists that no
 measurement covers, or a record that lacks the statistic a threshold reads.
+
+Three outcomes (``gate/outcome.py``): a rule FAILs on a fail-closed problem, a broken limit judged on at least
+``min_runs`` runs, or a failed data check (a data error is never noise, one run decides it); it is INCONCLUSIVE
+where a configuration has fewer runs than ``min_runs`` and nothing else failed (its limits were judged, but on
+fewer runs than the rule asks for: one pairs run that flags a node is "repeat before acting", not a FAIL);
+PASS otherwise. ``unjudged`` names what was measured that no rule judges (``check --strict`` fails on it).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from microbench.errors import printable
+from microbench.gate.outcome import FAIL, INCONCLUSIVE, PASS
 from microbench.gate.spec import Rule, Spec
 from microbench.gate.text import size_text
 from microbench.results.columns import Table
@@ -44,6 +51,13 @@ class Judgement:
     metric: str | None = None
     stat: str | None = None
     detail: str = ""
+    launch_bound_runs: int = 0  #: runs with a record marked launch-bound (issue 44)
+    short: bool = False  #: judged on fewer runs than the rule's min_runs: a failure is INCONCLUSIVE, not FAIL
+
+    @property
+    def state(self) -> str:
+        """``pass``, ``FAIL``, or ``inconclusive`` (not passed, on fewer runs than the rule asks for)."""
+        return "pass" if self.passed else "inconclusive" if self.short else "FAIL"
 
     def where(self) -> str:
         k = self.key
@@ -56,7 +70,7 @@ class Judgement:
         return {"config": self.key.as_dict(), "criterion": self.criterion, "passed": self.passed,
                 "metric": self.metric, "stat": self.stat, "runs": len(self.run_ids), "run_ids": self.run_ids,
                 "values": self.values, "value": self.value, "limit": self.limit, "allowed": self.allowed,
-                "detail": self.detail}
+                "detail": self.detail, "launch_bound_runs": self.launch_bound_runs, "state": self.state}
 
 
 @dataclass
@@ -66,15 +80,28 @@ class RuleOutcome:
     problems: list[str] = field(default_factory=list)  #: fail-closed reasons (nothing matched, sizes missing)
 
     @property
+    def outcome(self) -> str:
+        """FAIL (a problem, or a judgement failed on enough runs), INCONCLUSIVE (only short judgements did not
+        pass), or PASS."""
+        if self.problems or any(j.state == "FAIL" for j in self.judgements):
+            return FAIL
+        return INCONCLUSIVE if any(j.state == "inconclusive" for j in self.judgements) else PASS
+
+    @property
     def passed(self) -> bool:
-        return not self.problems and all(j.passed for j in self.judgements)
+        return self.outcome == PASS
 
     def failures(self) -> list[str]:
-        return self.problems + [j.message() for j in self.judgements if not j.passed]
+        return self.problems + [j.message() for j in self.judgements if j.state == "FAIL"]
+
+    def inconclusive(self) -> list[str]:
+        """What was judged on fewer runs than the rule asks for and did not pass."""
+        return [j.message() for j in self.judgements if j.state == "inconclusive"]
 
     def as_dict(self) -> dict:
         r = self.rule
-        return {"index": r.index, "name": r.title(), "passed": self.passed, "benchmarks": list(r.benchmarks),
+        return {"index": r.index, "name": r.title(), "passed": self.passed, "outcome": self.outcome,
+                "benchmarks": list(r.benchmarks),
                 "sizes": list(r.sizes) if r.sizes is not None else None, "filters": r.filters,
                 "runs_mode": r.runs, "tolerance": r.tolerance, "min_runs": r.min_runs,
                 "require_check": r.require_check, "problems": self.problems,
@@ -104,16 +131,41 @@ def evaluate_rule(rule: Rule, table: Table, labels: list[str]) -> RuleOutcome:
     for key in sorted(groups, key=ConfigKey.sort_key):
         by_run = RunGroups.of(table, groups[key])
         run_ids = [labels[i] for i in by_run.runs.tolist()]
+        short = len(run_ids) < rule.min_runs
         if rule.min_runs > 1:
-            ok = len(run_ids) >= rule.min_runs
             outcome.judgements.append(Judgement(
-                key, "min_runs", ok, run_ids, [], value=len(run_ids), limit=rule.min_runs,
-                detail=f"{len(run_ids)} run(s), the rule needs at least {rule.min_runs}"))
+                key, "min_runs", not short, run_ids, [], value=len(run_ids), limit=rule.min_runs, short=short,
+                detail=f"{len(run_ids)} run(s), the rule needs at least {rule.min_runs}"
+                       + (f": run {rule.min_runs - len(run_ids)} more before acting" if short else "")))
         for threshold in rule.thresholds:
-            outcome.judgements.append(_judge_threshold(rule, threshold, key, table, by_run, run_ids))
+            judged = _judge_threshold(rule, threshold, key, table, by_run, run_ids)
+            judged.short = short
+            outcome.judgements.append(judged)
         if rule.require_check:
             outcome.judgements.append(_judge_check(key, table, by_run, run_ids))
     return outcome
+
+
+def unjudged(spec: Spec, table: Table) -> list[dict]:
+    """What was measured that no rule of ``spec`` judges: per benchmark, its configurations and sizes (small
+    first), as ``{"benchmark", "configurations", "sizes"}``."""
+    covered = np.zeros(len(table), dtype=bool)
+    for rule in spec.rules:
+        mask = table.config_mask(rule.matches_config)
+        if rule.sizes is not None:
+            mask &= table.size_mask(rule.sizes)
+        covered |= mask
+    rows = np.flatnonzero(~covered)
+    if not len(rows):
+        return []
+    out: dict[str, dict] = {}
+    for code in np.unique(table.config[rows]).tolist():
+        key = table.configs[code]
+        entry = out.setdefault(key.benchmark, {"benchmark": key.benchmark, "configurations": 0, "sizes": set()})
+        entry["configurations"] += 1
+        if key.size_bytes is not None and key.size_bytes >= 0:
+            entry["sizes"].add(key.size_bytes)
+    return [{**e, "sizes": sorted(e["sizes"])} for _, e in sorted(out.items())]
 
 
 @dataclass
@@ -198,7 +250,18 @@ def _judge_threshold(rule: Rule, threshold, key: ConfigKey, table: Table, by_run
     explain, always = DETAILS.get(threshold.metric, (None, False))
     if explain is not None and (always or not passed):
         detail += explain(table, by_run)
-    return Judgement(passed=passed, value=value, detail=detail, **base)
+    bound = launch_bound_runs(table, by_run, threshold.metric)
+    if bound:
+        detail += f"; {metrics.LAUNCH_BOUND_ADVICE_SHORT} in {bound} of {len(values)} run(s)"
+    return Judgement(passed=passed, value=value, detail=detail, launch_bound_runs=bound, **base)
+
+
+def launch_bound_runs(table: Table, by_run: RunGroups, metric: str) -> int:
+    """How many runs of the configuration have a record marked launch-bound (for the metrics it misstates)."""
+    if metric not in metrics.LAUNCH_MARKED:
+        return 0
+    bound = metrics.launch_bound(table.numbers)
+    return sum(bool(bound[rows].any()) for rows in by_run.groups())
 
 
 def _outlier_links(table: Table, by_run: RunGroups) -> str:

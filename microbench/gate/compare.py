@@ -19,8 +19,11 @@ Per configuration (``keys.config_key``: benchmark, size, ranks, backend, options
   intervals hold together with at least the confidence asked;
 - what it could see (``compare_power``): per configuration the smallest change in the bad direction it would
   have flagged with 90 % probability, and with ``plan`` the runs a side a given change needs;
-- a comparison with changes beyond the threshold that could not be tested is ``UNTESTED``, not PASS
-  (``outcome``), with what would test them (``untested_remedy``).
+- one run on a side against 3 or more on the other: the single run judged against the others' spread
+  (``ratiotest.prediction_test``);
+- the outcome (``compare_outcome``): FAIL on a REGRESSION; INCONCLUSIVE where no regression was seen but a
+  configuration could not have seen a change of ``must_see`` (or had too few runs for any test), or where the
+  regressions came with a change of the machine's state (``gate.conditions.machine_change``); PASS otherwise.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ from typing import Callable
 import numpy as np
 
 from microbench.gate import compare_power as power
+from microbench.gate.conditions import machine_change, machine_text
 from microbench.gate.family import holm
-from microbench.gate.ratiotest import RatioTest, alternate, block_test, paired_test, run_correlation, run_test
+from microbench.gate.ratiotest import (RatioTest, alternate, block_test, paired_test, permutation_p, permutation_reaches,
+                                       prediction_test, run_correlation, run_test)
 from microbench.results.columns import Table, median_of, per_run_medians
 from microbench.results.keys import ConfigKey
 from microbench.results.load import run_label, run_time
+from microbench.results import metrics
 from microbench.results.metrics import higher_is_better
 
 #: verdicts; a regression makes ``microbench compare`` exit 1 (an unconfirmed one with --fail-unconfirmed)
@@ -106,6 +112,8 @@ class Row:
     days: int | None = None  #: baseline days the new runs were judged against (by_day), else None
     detectable: float | None = None  #: smallest bad change (fraction) flagged with 90 % probability; None: untested
     runs_needed: int | None = None  #: with a plan: runs a side for the planned change (None: out of reach)
+    launch_bound: bool = False  #: a record of either side was marked launch-bound (issue 44)
+    blind: bool = False  #: could not have seen a change of the comparison's must_see (or had no test)
 
     @property
     def baseline_median(self) -> float:
@@ -125,7 +133,8 @@ class Row:
                 "ratio_geometric_means": math.exp(t.log_diff) if t else None, "p": t.p if t else None,
                 "p_adjusted": self.p_adjusted, "ci_low": iv[0] if iv else None, "ci_high": iv[1] if iv else None,
                 "verdict": self.verdict, "se_log": t.se if t else None, "df": t.df if t else None,
-                "detectable_change_90": self.detectable, "plan_runs_per_side": self.runs_needed}
+                "detectable_change_90": self.detectable, "plan_runs_per_side": self.runs_needed,
+                "launch_bound": self.launch_bound, "could_see_must_see": not self.blind}
 
 
 @dataclass
@@ -141,6 +150,8 @@ class Comparison:
     only_new: list[ConfigKey] = field(default_factory=list)
     plan: float | None = None  #: a change (fraction, bad direction) to plan run counts for (compare --plan)
     by_day: bool = False
+    must_see: float = 0.25  #: a PASS needs every configuration to have been able to see a change this large
+    machine: dict = field(default_factory=dict)  #: each side's machine state, and the change between them
 
     @property
     def tested(self) -> int:
@@ -194,22 +205,23 @@ def per_run_values(table: Table, metric: str, stat: str, rows: np.ndarray | None
     return out
 
 
-def outcome(result: Comparison, code: int) -> str:
-    """FAIL (exit 1), UNTESTED (exit 0, but changes beyond the threshold could not be tested) or PASS."""
-    return "FAIL" if code else "UNTESTED" if result.untested else "PASS"
-
-
 def untested_remedy(result: Comparison) -> str:
-    """What would test the untested rows: more runs a side, or a lookback with more days."""
-    rows = result.untested
+    """What would test the rows no test could judge: more runs a side, or a lookback with more days."""
+    rows = [r for r in result.rows if r.test is None]
     if not rows:
         return ""
     if result.by_day:
         fewest = min(r.days or 0 for r in rows)
         return f"the lookback found {fewest} day(s) with runs; it needs 3 or more (a longer --lookback)"
-    fewest = min(min(len(r.baseline), len(r.new)) for r in rows)
-    return (f"a side had {fewest} run(s): 2 or more runs a side would test them (see --plan for how many to see "
-            f"a given change), or --lookback DAYS over 3+ days of nightly runs")
+    return ("a side had 1 run and the other fewer than 3: 2 or more runs a side (or 1 against 3 or more) would "
+            "test them (see --plan for how many to see a given change), or --lookback DAYS over 3+ days of "
+            "nightly runs")
+
+
+def must_see_default(threshold: float) -> float:
+    """The change a PASS must have been able to see when none is given: 25 %, or twice the threshold if larger
+    (a configuration flags only changes beyond the threshold, so it can never see the threshold itself)."""
+    return max(0.25, 2 * threshold)
 
 
 def verdict(ratio: float, adjusted: float | None, alpha: float, threshold: float, higher_better: bool) -> str:
@@ -229,17 +241,32 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
             threshold: float = 0.05, confidence: float = 0.95,
             select: Callable[[Table], np.ndarray] | None = None, by_day: bool = False,
             rho: float | None = None, baseline_rows: np.ndarray | None = None,
-            plan: float | None = None) -> Comparison:
+            plan: float | None = None, must_see: float | None = None) -> Comparison:
     """Compare every configuration measured on both sides; small messages first. ``select`` gives the
     rows of a table to compare (a boolean mask), ``baseline_rows`` narrows the baseline further (a
     lookback window); ``by_day`` judges against the baseline's days; ``rho`` the correlation of
     back-to-back runs (None: measured from both sides' runs); ``plan`` a change (fraction, bad direction) to
-    count the runs a side for."""
+    count the runs a side for; ``must_see`` the change a PASS must have been able to see (default
+    ``must_see_default``)."""
     base_mask = select(baseline) if select else np.ones(len(baseline), dtype=bool)
     if baseline_rows is not None:
         base_mask = base_mask & baseline_rows
     base_values = per_run_values(baseline, metric, stat, base_mask)
     new_values = per_run_values(new, metric, stat, select(new) if select else None)
+    result = compare_sides(base_values, new_values, metric, stat, threshold, confidence, by_day, rho, plan, must_see)
+    result.machine = machine_state(result, baseline.runs, new.runs)
+    if metric in metrics.LAUNCH_MARKED:
+        bound = launch_bound_configs(baseline, base_mask) | launch_bound_configs(new, select(new) if select else None)
+        for row in result.rows:
+            row.launch_bound = row.key in bound
+    return result
+
+
+def compare_sides(base_values: dict[ConfigKey, Side], new_values: dict[ConfigKey, Side], metric: str = "latency",
+                  stat: str = "p50", threshold: float = 0.05, confidence: float = 0.95, by_day: bool = False,
+                  rho: float | None = None, plan: float | None = None, must_see: float | None = None) -> Comparison:
+    """``compare`` on each side's per-run values (``per_run_values``): rows, tests, verdicts, what they could see
+    (the machine's state is ``compare``'s to add: it needs the runs)."""
     shared = set(base_values) & set(new_values)
     if rho is None:
         series = [side[k].values for side in (base_values, new_values) for k in shared]
@@ -247,6 +274,7 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
     else:
         result = Comparison(metric, stat, threshold, confidence, rho, "given")
     result.plan, result.by_day = plan, by_day
+    result.must_see = must_see if must_see is not None else must_see_default(threshold)
     for key in sorted(set(base_values) | set(new_values), key=ConfigKey.sort_key):
         if key not in new_values:
             result.only_baseline.append(key)
@@ -256,6 +284,27 @@ def compare(baseline: Table, new: Table, metric: str = "latency", stat: str = "p
             result.rows.append(_row(key, base_values[key], new_values[key], result.rho, by_day))
     _judge(result, higher_is_better(metric))
     return result
+
+
+def launch_bound_configs(table: Table, rows: np.ndarray | None) -> set[ConfigKey]:
+    """The configurations with a record marked launch-bound among ``rows`` (a boolean mask; None: all)."""
+    bound = metrics.launch_bound(table.numbers)
+    if rows is not None:
+        bound = bound & rows
+    return {table.configs[c] for c in np.unique(table.config[bound]).tolist()}
+
+
+def machine_state(result: Comparison, baseline: list, new: list) -> dict:
+    """Each side's machine state (over the runs its rows used; ``baseline`` and ``new`` are the tables' runs) and
+    whether it changed in the direction that would explain a regression (busier on the new side)."""
+    base_runs = sorted({int(i) for r in result.rows for i in np.asarray(getattr(r.baseline_runs, "runs", []))})
+    new_runs = sorted({int(i) for r in result.rows for i in np.asarray(getattr(r.new_runs, "runs", []))})
+    before, after = [baseline[i] for i in base_runs], [new[i] for i in new_runs]
+    starts = [t for t in (run_time(r) for r in before) if t], [t for t in (run_time(r) for r in after) if t]
+    return {"baseline": machine_text(before), "new": machine_text(after),
+            "change": machine_change(before, after, worse=True),
+            "other_way": machine_change(before, after, worse=False),
+            "new_older": bool(starts[0] and starts[1] and max(starts[1]) < min(starts[0]))}
 
 
 def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> Row:
@@ -270,11 +319,18 @@ def _row(key: ConfigKey, base: Side, fresh: Side, rho: float, by_day: bool) -> R
         test = paired_test(base.values, fresh.values)  # the i-th runs of the two sides are neighbours in time
     if test is None:
         test = run_test(base.values, fresh.values, rho)
+    if test is None:
+        test = prediction_test(base.values, fresh.values, rho)
     ratio = median_of(fresh.values) / median_of(base.values)
     return Row(key, base.values, fresh.values, base.labels, fresh.labels, float(ratio), test, days=days)
 
 
 def _judge(result: Comparison, higher_better: bool) -> None:
+    level = result.alpha / max(result.tested, 1)  # Holm's first step: the smallest p a row must reach
+    for row in result.rows:
+        if row.test is not None and row.test.method == "runs" and \
+                permutation_reaches(len(row.baseline), len(row.new), level):
+            row.test = row.test.with_p(max(row.test.p, permutation_p(row.baseline, row.new)))
     adjusted = holm([r.test.p if r.test else None for r in result.rows])
     level = result.interval_confidence
     for row, adj in zip(result.rows, adjusted):
@@ -295,6 +351,7 @@ def _could_see(result: Comparison, higher_better: bool) -> None:
                 row.detectable = power.as_fraction(d, higher_better)
             except OverflowError:  # a log spread past e ** 709 (latencies near 1e308): no finite change
                 row.detectable = math.inf
+        row.blind = row.detectable is None or not row.detectable <= result.must_see
         if result.plan is not None:
             sd = power.pooled_log_sd(row.baseline, row.new)
             row.runs_needed = None if sd is None else power.runs_needed(

@@ -7,12 +7,15 @@ whose variance allows for the correlation of back-to-back runs (measured from th
 baseline's last DAYS days. The p-values of all configurations are Holm-adjusted: a comparison reports a
 false REGRESSION with probability at most 1 - --confidence, however many configurations it holds.
 A regression is a ratio beyond --threshold in the bad direction that is significant after adjustment.
-Changes beyond the threshold that no test could judge (too few runs) end the report UNTESTED, not PASS, with
-what would test them. Per benchmark it says the smallest change it would have flagged with 90 % probability,
-and with --plan PCT how many runs a side a change of PCT needs on these runs' spread.
-Exit 1 on a regression (and on an unconfirmed one with --fail-unconfirmed), 2 on bad input, 3 on an internal
-error (a bug, never a verdict); UNTESTED exits 0.
-See docs/regressions.md.
+One new run against 3 or more baseline runs (or the other way) is judged against the many runs' spread.
+Per benchmark it says the smallest change it would have flagged with 90 % probability, and with --plan PCT how
+many runs a side a change of PCT needs on these runs' spread.
+
+Three outcomes: FAIL (exit 1) on a REGRESSION; PASS (exit 0) only when no REGRESSION was seen and every
+configuration would have seen a change of --must-see with 90 % probability; otherwise INCONCLUSIVE (exit 4, or
+what --inconclusive-exit says), saying what it could see and how many runs a side would see --must-see, and
+also when REGRESSIONs came with a change of the machine's recorded state (other processes' load). Exit 2 on
+bad input, 3 on an internal error (a bug, never a verdict). See docs/regressions.md.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import numpy as np
 
 from microbench.errors import UsageError
 from microbench.gate import compare_power as power
-from microbench.gate.compare import REGRESSION, UNCONFIRMED, Comparison, compare, outcome, untested_remedy
+from microbench.gate import outcome
+from microbench.gate.compare import UNCONFIRMED, Comparison, compare, untested_remedy
+from microbench.gate.compare_outcome import decide
 from microbench.gate.compare_text import METHOD, SHOWN_VERDICT, final_word, geometric_means, text_lines
 from microbench.records.jsonout import dump_strict
 from microbench.results import selection
@@ -55,10 +60,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the new runs are judged against the spread between those days (nightly history)")
     p.add_argument("--run-correlation", type=parse_rho, default=None, metavar="RHO",
                    help="lag-1 correlation of back-to-back runs, 0 to 0.9 (default: measured from the runs)")
+    p.add_argument("--must-see", type=lambda t: parse_threshold(t, "--must-see"), metavar="PCT",
+                   help="a PASS needs every configuration to have been able to see a change of PCT (flagged with 90 %% "
+                        "probability); default the larger of 25%% and twice --threshold")
+    outcome.add_argument(p)
     p.add_argument("--fail-unconfirmed", action="store_true",
-                   help="exit 1 also when a change beyond the threshold could not be tested for lack of runs")
+                   help="kept for old scripts: the same as --inconclusive-exit 1")
     p.add_argument("--allow-unconfirmed", action="store_true",
-                   help="kept for old scripts: unconfirmed changes no longer fail unless --fail-unconfirmed")
+                   help="kept for old scripts: does nothing")
     p.add_argument("--plan", type=lambda t: parse_threshold(t, "--plan"), metavar="PCT",
                    help="also say how many runs a side would flag a change of PCT (e.g. 25%%) with 90 %% probability "
                         "on these runs' spread, per benchmark")
@@ -119,14 +128,17 @@ def main(args) -> int:
     baseline_table = load_table(args.baseline, "baseline", [stat], selection.Selection.from_args(args), keep)
     new_table = load_table(args.new, "new", [stat], selection.Selection.from_args(args), keep)
     window = lookback_mask(baseline_table, new_table, args.lookback) if args.lookback else None
+    must_see = getattr(args, "must_see", None)
+    if must_see is not None and must_see <= args.threshold:
+        raise UsageError(f"--must-see {must_see * 100:g}% must be above --threshold {args.threshold * 100:g}%: "
+                         "only changes beyond the threshold are flagged")
     result = compare(baseline_table, new_table, args.metric, stat, args.threshold, args.confidence, select,
                      by_day=bool(args.lookback), rho=args.run_correlation, baseline_rows=window,
-                     plan=getattr(args, "plan", None))
+                     plan=getattr(args, "plan", None), must_see=must_see)
     if not result.rows:
         raise UsageError("nothing to compare: no configuration (benchmark, size, ranks, backend, options) "
                          "was measured on both sides" + (" within the lookback window" if args.lookback else ""))
-    failing = result.count(REGRESSION) + (result.count(UNCONFIRMED) if args.fail_unconfirmed else 0)
-    code = 1 if failing else 0
+    code = outcome.exit_status(decide(result).outcome, inconclusive_exit(args))
     used = select(baseline_table) & (window if window is not None else True)
     baseline = [baseline_table.runs[i] for i in baseline_table.used_runs(np.flatnonzero(used))]
     if args.json:
@@ -134,6 +146,11 @@ def main(args) -> int:
     else:
         print("\n".join(text_lines(result, baseline, new_table.runs, args, code)))
     return code
+
+
+def inconclusive_exit(args) -> int:
+    """The exit status of INCONCLUSIVE: --inconclusive-exit, or 1 with the old --fail-unconfirmed."""
+    return 1 if getattr(args, "fail_unconfirmed", False) else getattr(args, "inconclusive_exit", 4)
 
 
 def lookback_mask(baseline: Table, new: Table, days: int) -> np.ndarray:
@@ -161,7 +178,8 @@ def as_json(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], arg
         "interval_confidence": result.interval_confidence, "lookback_days": args.lookback,
         "baseline": _side(baseline, args.baseline), "new": _side(new, args.new),
         "summary": {v: result.count(v) for v in SHOWN_VERDICT},
-        "outcome": outcome(result, code), "outcome_text": final_word(result, code),
+        **decide(result).as_dict(), "outcome_text": final_word(result, code), "must_see": result.must_see,
+        "machine": result.machine,
         "untested": {"count": len(result.untested), "worse": result.count(UNCONFIRMED),
                      "better": len(result.untested) - result.count(UNCONFIRMED), "remedy": untested_remedy(result)},
         "exit_status": code,

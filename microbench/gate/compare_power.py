@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from statistics import NormalDist
+from functools import lru_cache
+
+import numpy as np
 
 from microbench.gate import tdist
 from microbench.gate.ratiotest import ar1_factor, robust_logs
@@ -53,20 +55,36 @@ def _critical(tested: int, alpha: float, df: float) -> float:
     return tdist.quantile(1 - alpha / (2 * max(tested, 1)), df)
 
 
+def _normal_cdf(y: np.ndarray) -> np.ndarray:
+    """Phi(y) elementwise, by Abramowitz and Stegun's 7.1.26 for erf (absolute error below 1.5e-7): ample for a
+    probability of detection, and a hundred times faster than math.erfc element by element."""
+    x = np.abs(y) / math.sqrt(2)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    half_tail = 0.5 * poly * np.exp(-x * x)  # P(Z > |y|)
+    return np.where(y >= 0, 1.0 - half_tail, half_tail)
+
+
+@lru_cache(maxsize=256)
+def _chi_grid(df: float) -> tuple[np.ndarray, np.ndarray]:
+    """sqrt(V / df) at the 400 midpoints of [0, df + 14 sqrt(2 df) + 20] and the chi-square(df) density's weights
+    there (normalised by their sum)."""
+    top = df + 14 * math.sqrt(2 * df) + 20
+    v = (np.arange(400) + 0.5) * (top / 400)  # midpoints: the density of df < 2 is unbounded at 0
+    log_density = -(df / 2) * math.log(2) - math.lgamma(df / 2) + (df / 2 - 1) * np.log(v) - v / 2
+    weights = np.exp(log_density)
+    mass = float(weights.sum())
+    return np.sqrt(v / df), (weights / mass if mass > 0 else weights)
+
+
 def noncentral_power(shift: float, c: float, df: float) -> float:
     """P(T > c) for a noncentral t with ``df`` degrees of freedom and noncentrality ``shift``: the mean over
-    V ~ chi-square(df) of Phi(shift - c sqrt(V / df)), by the midpoint rule on 400 points, normalised by the density's mass there."""
-    norm = NormalDist()
-    top = df + 14 * math.sqrt(2 * df) + 20
-    step = top / 400
-    log_norm = -(df / 2) * math.log(2) - math.lgamma(df / 2)
-    total = mass = 0.0
-    for k in range(1, 401):
-        v = (k - 0.5) * step  # midpoints: the density of df < 2 is unbounded at 0
-        density = math.exp(log_norm + (df / 2 - 1) * math.log(v) - v / 2)
-        total += density * norm.cdf(shift - c * math.sqrt(v / df))
-        mass += density
-    return min(1.0, total / mass) if mass > 0 else 0.0
+    V ~ chi-square(df) of Phi(shift - c sqrt(V / df)), by the midpoint rule on 400 points, normalised by the
+    density's mass there."""
+    scale, weights = _chi_grid(float(df))
+    if not weights.any():
+        return 0.0
+    return min(1.0, float(np.dot(weights, _normal_cdf(shift - c * scale))))
 
 
 def detectable_log(se: float, df: float, tested: int, alpha: float, log_thr: float) -> float:
@@ -148,7 +166,7 @@ class BenchmarkPower:
                "untestable_sizes": self.sizes - len(t)}
         if self.runs_needed is not None:
             known = sorted(n for n in self.runs_needed if n is not None)
-            out["plan_runs_median"] = statistics.median(known) if known else None
+            out["plan_runs_median"] = median_runs(known) if known else None
             out["plan_runs_max"] = known[-1] if known and len(known) == self.sizes else None
             out["plan_sizes_beyond_reach"] = self.sizes - len(known)
         return out
@@ -169,8 +187,22 @@ def per_benchmark(rows: list, detectable: list[float | None], needed: list[int |
     return list(groups.values())
 
 
+MAX_SHOWN_PERCENT = 1000  #: larger changes print as ">1000 %": beyond it the figure says only "blind"
+
+
 def percent(fraction: float | None) -> str:
-    return "-" if fraction is None else f"{fraction * 100:.0f} %"
+    """A change as a whole per cent (``38 %``); ``>1000 %`` past 1000 % (a spread so wide the figure means only
+    that the comparison was blind); ``-`` when unknown."""
+    if fraction is None:
+        return "-"
+    if not fraction * 100 <= MAX_SHOWN_PERCENT:
+        return f">{MAX_SHOWN_PERCENT} %"
+    return f"{fraction * 100:.0f} %"
+
+
+def median_runs(counts: list[int]) -> int:
+    """The median of run counts, rounded up to a whole run (a site cannot run half a run)."""
+    return math.ceil(statistics.median(counts))
 
 
 def spread_of(rows: list) -> list[float | None]:

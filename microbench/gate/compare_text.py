@@ -9,10 +9,10 @@ import statistics
 from dataclasses import dataclass
 
 from microbench.gate import compare_power as power
-from microbench.gate.compare import (IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison,
-                                     outcome, untested_remedy)
+from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison
+from microbench.gate.compare_outcome import decide
 from microbench.gate.text import num, render
-from microbench.results import keys
+from microbench.results import keys, metrics
 from microbench.results.columns import RunInfo
 from microbench.results.keys import ConfigKey
 from microbench.results.load import mpi_library, time_span
@@ -23,8 +23,9 @@ SHOWN_VERDICT = {REGRESSION: "REGRESSION", UNCONFIRMED: "regression?", NOISE: "n
                  IMPROVED: "improved", IMPROVED_UNCONFIRMED: "improved?"}
 METHOD = ("ratio of medians of per-run values; Welch t-test on winsorized log run values with each side's "
           "variance inflated for the lag-1 correlation of back-to-back runs (AR(1)); a paired t on log ratios "
-          "when the sides alternate in time; with a lookback, against the spread between days; Holm adjustment "
-          "over all rows; regression = beyond threshold and adjusted p <= 1 - confidence")
+          "when the sides alternate in time; one run against 3 or more: against the many runs' spread (prediction); "
+          "with a lookback, against the spread between days; Holm adjustment over all rows; regression = beyond "
+          "threshold and adjusted p <= 1 - confidence")
 
 
 @dataclass
@@ -64,7 +65,8 @@ def header_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo]
     methods = sorted({r.test.method for r in result.rows if r.test})
     test = (f"the new runs against the spread between the baseline's {lookback} latest days (t, days - 1 df)"
             if lookback else "paired t on the log ratio of neighbouring runs (the sides alternate in time)"
-            if methods == ["pairs"] else "Welch t on log run values")
+            if methods == ["pairs"] else "the one run against the other side's spread (prediction t, n - 1 df)"
+            if methods == ["prediction"] else "Welch t on log run values")
     return [
         f"# microbench compare: baseline {len(baseline)} run(s) ({time_span(baseline)}, "
         f"{', '.join(sorted({mpi_library(r) for r in baseline}))}), new {len(new)} run(s) ({time_span(new)}, "
@@ -77,7 +79,10 @@ def header_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo]
         f">= {result.confidence * 100:g} %)",
         f"# REGRESSION: {result.metric} {worse} by more than {result.threshold * 100:g} % and adjusted p <= "
         f"{alpha:g}; noise: beyond the threshold, not significant; regression?: beyond it, too few runs to test "
-        "(2 a side, or 3 days of lookback)",
+        "(2 a side, 1 against 3, or 3 days of lookback)",
+        f"# PASS needs no REGRESSION and every configuration able to see a {result.must_see * 100:g} % "
+        f"{'fall' if higher_is_better(result.metric) else 'rise'} (--must-see) with {power.POWER * 100:g} % "
+        "probability; else INCONCLUSIVE (exit 4 unless --inconclusive-exit says 0 or 1); REGRESSION -> FAIL",
     ]
 
 
@@ -99,10 +104,10 @@ def text_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], 
             continue
         iv = r.interval
         base_runs = f"{len(r.baseline)}/{r.days}d" if r.days else str(len(r.baseline))
-        rows.append([format_size(r.key.size_bytes), r.key.benchmark, str(r.key.get("ranks")),
+        rows.append([format_size(r.key.size_bytes) + ("*" if r.launch_bound else ""), r.key.benchmark, str(r.key.get("ranks")),
                      str(r.key.get("backend")), *([keys.describe_options(r.key, shown)] if shown else []),
                      num(r.baseline_median), base_runs, num(r.new_median), str(len(r.new)), f"{r.ratio:.3f}",
-                     f"[{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "too few runs",
+                     f"[{ratio_text(iv[0])}, {ratio_text(iv[1])}]" if iv else "too few runs",
                      "-" if r.p_adjusted is None else f"{r.p_adjusted:.2g}", SHOWN_VERDICT[r.verdict]])
     left = {1, 3, *([4] if shown else []), len(headers) - 1}
     lines += render(headers, rows, left=sorted(left))
@@ -112,23 +117,42 @@ def text_lines(result: Comparison, baseline: list[RunInfo], new: list[RunInfo], 
         if only:
             names = ", ".join(f"{k.benchmark} {format_size(k.size_bytes)}" for k in only[:10])
             lines.append(f"# note: {len(only)} configuration(s) {title}: {names}{' ...' if len(only) > 10 else ''}")
+    bound = [r for r in result.rows if r.launch_bound]
+    if bound:
+        lines.append(f"# note: * {metrics.LAUNCH_BOUND_ADVICE_SHORT}: " + ", ".join(
+            f"{r.key.benchmark} {format_size(r.key.size_bytes)}" for r in bound[:10]) + (" ..." if len(bound) > 10 else ""))
     lines += could_see_lines(result)
+    lines += machine_lines(result)
     summary = ", ".join(f"{result.count(v)} {SHOWN_VERDICT[v]}" for v in SHOWN_VERDICT if result.count(v))
     lines.append(f"# {len(result.rows)} configuration(s) compared: {summary} -> {final_word(result, code)}")
     return lines
 
 
 def final_word(result: Comparison, code: int) -> str:
-    """FAIL, PASS, or UNTESTED with the count of untested changes and what would test them (never PASS alone
-    when a change beyond the threshold could not be tested)."""
-    word = outcome(result, code)
-    rows = result.untested
-    if not rows:
-        return word
-    worse = sum(r.verdict == UNCONFIRMED for r in rows)
-    text = (f"{len(rows)} change(s) beyond {result.threshold * 100:g} % could not be tested ({worse} worse, "
-            f"{len(rows) - worse} better): {untested_remedy(result)}")
-    return f"FAIL; also {text}" if word == "FAIL" else f"UNTESTED: {text} (exit {code})"
+    """The outcome's words (``compare_outcome.decide``), with the exit status where it is not 0 or 1's usual."""
+    decision = decide(result)
+    return decision.text + (f" (exit {code})" if decision.outcome == "INCONCLUSIVE" else "")
+
+
+def machine_lines(result: Comparison) -> list[str]:
+    """The two sides' machine states, shown when they differ (or when the new runs are older)."""
+    m = result.machine
+    lines = []
+    if m.get("change") or m.get("other_way"):
+        lines.append(f"# machine: baseline {m['baseline']}; new {m['new']}: the machine's state changed "
+                     "between the sides (a change in the results may be the machine's, not the code's)")
+    if m.get("new_older"):
+        lines.append("# note: the new runs are older than the baseline runs (check --baseline and --new)")
+    return lines
+
+
+def ratio_text(value: float) -> str:
+    """A ratio with 3 decimals, ``>1000`` above 1000 and ``<0.001`` below 0.001 (a blind interval's ends)."""
+    if not value <= 1000:
+        return ">1000"
+    if value < 0.001:
+        return "<0.001"
+    return f"{value:.3f}"
 
 
 def could_see_lines(result: Comparison) -> list[str]:
@@ -163,7 +187,7 @@ def _plan_text(result: Comparison, g: power.BenchmarkPower, rows: list) -> str:
     if not known:
         return f"{goal} needs more than {power.MAX_PLAN_RUNS} runs a side"
     worst = f"{known[-1]}" if len(known) == g.sizes else f"more than {power.MAX_PLAN_RUNS}"
-    return f"{goal} needs {statistics.median(known):g} / {worst} runs a side (median / worst size)"
+    return f"{goal} needs {power.median_runs(known)} / {worst} runs a side (median / worst size)"
 
 
 def _rows_by_sweep(result: Comparison) -> list[list]:

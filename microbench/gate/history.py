@@ -6,7 +6,13 @@ run hold the configuration twice), and per column the steps ``steps.detect`` fin
 conditions that changed at the run where it starts (``conditions.changes`` against the run before it
 in that column). The columns are judged as one family: the chance of a false step in any of them is at
 most ``alpha`` (``steps``: each split's p-value times its column's split points times the columns judged);
-a column too short for any split to reach that level is listed in ``too_short`` with the runs it needs.
+a column too short for any split to reach that level is listed in ``too_short`` with the runs it needs; a
+judged column without a step has ``findable``: the smallest step at its middle it would have found (90 %).
+
+The gate (``outcome``, three outcomes as ``gate/outcome.py``): FAIL on a step for the worse that starts where no
+recorded condition changed and the machine's state did not change either; INCONCLUSIVE on a step for the worse
+whose only explanation is the machine's state (other processes' load rose with it), on a column too short to
+judge, or on a judged column without a step that could not have found a step of ``must_see``; PASS otherwise.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from functools import cached_property
 
 import numpy as np
 
-from microbench.gate.conditions import changes
-from microbench.gate.steps import Step, can_reach, detect, runs_needed, split_points
+from microbench.gate.conditions import changes, machine_change
+from microbench.gate.outcome import FAIL, INCONCLUSIVE, PASS
+from microbench.gate.steps import Step, can_reach, detect, findable_ratio, runs_needed, split_points
 from microbench.results import keys
 from microbench.results.columns import RunInfo, Table, per_run_medians
 from microbench.results.keys import ConfigKey
@@ -35,10 +42,17 @@ class FoundStep:
     previous: int  #: position of the column's run before it
     changed: list[str]  #: recorded conditions that differ between those two runs
     worse: bool  #: a rise in latency, a fall in bandwidth
+    machine: str | None = None  #: the machine's state changed with the step, in the direction that explains it
 
     @property
     def explained(self) -> bool:
+        """A recorded condition changed where the step starts (the machine's state is not a condition)."""
         return bool(self.changed)
+
+    @property
+    def fails(self) -> bool:
+        """For the worse, and nothing explains it: not a recorded condition, not the machine's state."""
+        return self.worse and not self.changed and not self.machine
 
 
 class Cells(Mapping):
@@ -85,6 +99,8 @@ class History:
     family: int = 0  #: columns long enough for a split: the p-values are adjusted for this many series
     judged: list[int] = field(default_factory=list)  #: columns where a step can be found at all
     too_short: dict[int, int] = field(default_factory=dict)  #: column -> runs it would need
+    findable: dict[int, float | None] = field(default_factory=dict)  #: judged column without a step -> its 90 % step
+    min_step: float = 0.05
 
     @cached_property
     def values(self) -> Cells:
@@ -108,7 +124,8 @@ class History:
     def find_steps(self, min_step: float, alpha: float, min_segment: int = 3) -> None:
         """The steps of every column, with a false step anywhere among them at most ``alpha`` likely."""
         worse_up = not higher_is_better(self.metric)
-        self.alpha, self.steps, self.judged, self.too_short = alpha, [], [], {}
+        self.alpha, self.steps, self.judged, self.too_short, self.findable = alpha, [], [], {}, {}
+        self.min_step = min_step
         series = [self.column(c) for c in range(len(self.columns))]
         family = self.family = sum(split_points(len(v), min_segment) > 0 for _, v in series)  # columns with a split
         for c, (runs, values) in enumerate(series):
@@ -118,11 +135,40 @@ class History:
                 continue
             self.judged.append(c)
             at = runs.tolist()
-            for step in detect(values, min_step, alpha, min_segment, series=family):
+            found = detect(values, min_step, alpha, min_segment, series=family)
+            bounds = [0, *(s.index for s in found), len(at)]
+            for k, step in enumerate(found):
                 run, previous = at[step.index], at[step.index - 1]
+                worse = (step.ratio > 1) == worse_up
+                before = [self.runs[i] for i in at[bounds[k]:bounds[k + 1]]]
+                after = [self.runs[i] for i in at[bounds[k + 1]:bounds[k + 2]]]
                 self.steps.append(FoundStep(c, step, run, previous,
-                                            changes(self.runs[previous].meta, self.runs[run].meta),
-                                            (step.ratio > 1) == worse_up))
+                                            changes(self.runs[previous].meta, self.runs[run].meta), worse,
+                                            machine_change(before, after, worse)))
+            if not found:
+                self.findable[c] = findable_ratio(values, alpha, family, min_segment, min_step)
+
+    def blind(self, must_see: float) -> list[int]:
+        """Judged columns without a step that could not have found a step of ``must_see`` (a ratio 1 + must_see
+        or its inverse), or whose spread is unknown."""
+        return [c for c, r in self.findable.items() if r is None or not r <= 1 + must_see]
+
+    def outcome(self, must_see: float) -> tuple[str, list[str]]:
+        """The gate's outcome and why (``--fail-on-step``)."""
+        failing = [f for f in self.steps if f.fails]
+        if failing:
+            return FAIL, [f"{len(failing)} step(s) for the worse with no recorded change"]
+        reasons = []
+        machine = [f for f in self.steps if f.worse and not f.changed and f.machine]
+        if machine:
+            reasons.append(f"{len(machine)} step(s) for the worse that came with a change of the machine's state "
+                           "(rerun on a steady machine to tell it from the code)")
+        if self.too_short:
+            reasons.append(f"{len(self.too_short)} series too short to judge")
+        blind = self.blind(must_see)
+        if blind:
+            reasons.append(f"{len(blind)} series could not have found a step of {must_see * 100:g} %")
+        return (INCONCLUSIVE if reasons else PASS), reasons
 
 
 def build(table: Table, sizes: list[int], metric: str, stat: str, lookback: int | None = None) -> History:

@@ -6,10 +6,17 @@ library column (and dotted lines in the figure) show where the library changed. 
 steps (``steps.detect``: a level that shifts at one run and stays) are listed with the run where they
 start, the medians before and after, and what the runs recorded as changed at that run (MPI, package
 versions, hosts, transport environment); the chance of any false step in the call, over all its series,
-is at most 1 - --confidence, and is stated; a series too short for a step to be found says how many runs
-it needs; --fail-on-step exits 1 on a step for the worse that no recorded change explains (2 is bad input,
-3 an internal error: a bug, never a verdict). The figure draws a rolling median and band over the points and
-marks steps.
+is at most 1 - --confidence, and is stated. Every series says its step(s), or "no step" with the smallest step
+it would have found at its middle (90 %), or "too short" with the runs it needs. Per-launch values (temporary
+paths, working directories, job ids) never explain a step (cluster/conditions.py lists what may); the
+machine's recorded state (other processes' load) may, but never hides one.
+
+--fail-on-step makes it a gate with three outcomes: FAIL (exit 1) on a step for the worse that starts where no
+recorded condition and not the machine's state changed; INCONCLUSIVE (exit 4, or what --inconclusive-exit
+says) on a step for the worse that came with a change of the machine's state, a series too short to judge, or
+a series that could not have found a step of --must-see; PASS (exit 0) otherwise. Without --fail-on-step it
+exits 0. 2 is bad input, 3 an internal error (a bug, never a verdict). The figure draws a rolling median and
+band over the points and marks steps.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import argparse
 import sys
 
 from microbench.errors import UsageError
-from microbench.gate import history
+from microbench.gate import history, outcome
 from microbench.gate.compare_cli import parse_threshold
 from microbench.gate.text import num, render
 from microbench.records.jsonout import dump_strict
@@ -50,7 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "1 - C (default 0.95): a step is kept when its p-value x its series' split points x the "
                         "series judged is at most 1 - C")
     p.add_argument("--fail-on-step", action="store_true",
-                   help="exit 1 when a step for the worse starts at a run where no recorded condition changed")
+                   help="a gate: exit 1 (FAIL) on a step for the worse where no recorded condition and not the "
+                        "machine's state changed; 4 (INCONCLUSIVE) where it could not tell; 0 (PASS) otherwise")
+    p.add_argument("--must-see", type=lambda text: parse_threshold(text, "--must-see"), metavar="PCT",
+                   help="with --fail-on-step, a PASS needs every series to have been able to find a step of PCT "
+                        "(90 %%); default the larger of 25%% and twice --min-step")
+    outcome.add_argument(p)
     selection.add_arguments(p)
 
 
@@ -75,8 +87,9 @@ def main(args) -> int:
         from microbench.plotting import check_path
 
         check_target(check_path(args.figure))
-    failing = [f for f in hist.steps if f.worse and not f.explained]
-    code = 1 if args.fail_on_step and failing else 0
+    must_see = must_see_of(args)
+    word, _ = hist.outcome(must_see)
+    code = outcome.exit_status(word, args.inconclusive_exit) if args.fail_on_step else 0
     if args.json:
         dump_strict(as_json(hist, args, code))
     else:
@@ -87,6 +100,12 @@ def main(args) -> int:
     return code
 
 
+def must_see_of(args) -> float:
+    """--must-see, or the larger of 25 % and twice --min-step."""
+    given = getattr(args, "must_see", None)
+    return given if given is not None else max(0.25, 2 * args.min_step)
+
+
 def _time(run: RunInfo) -> str:
     when = run_time(run)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else "?"
@@ -94,14 +113,18 @@ def _time(run: RunInfo) -> str:
 
 def step_dict(hist: history.History, found: history.FoundStep) -> dict:
     run = hist.runs[found.run]
+    column = hist.points(found.column)
     return {"run_id": run.run_id, "time_utc": _time(run), "previous_run_id": hist.runs[found.previous].run_id,
+            "run_number": column.index(found.run) + 1, "runs": len(column),
             "median_before": found.step.before, "median_after": found.step.after, "ratio": found.step.ratio,
             "p": found.step.p, "test": found.step.test, "worse": found.worse, "changed": found.changed,
-            "explained": found.explained}
+            "explained": found.explained, "machine": found.machine, "fails": found.fails}
 
 
 def as_json(hist: history.History, args, code: int) -> dict:
-    return {"metric": hist.metric, "stat": hist.stat, "unit": UNITS[hist.metric], "how": explain(hist.metric, hist.stat),
+    word, reasons = hist.outcome(must_see_of(args))
+    return {"outcome": word if args.fail_on_step else None, "gate_outcome": word, "outcome_reasons": reasons,
+            "must_see": must_see_of(args), "metric": hist.metric, "stat": hist.stat, "unit": UNITS[hist.metric], "how": explain(hist.metric, hist.stat),
             "steps_method": STEPS_METHOD, "min_step": args.min_step, "confidence": args.confidence,
             "false_steps": {"chance_per_call_at_most": round(hist.alpha, 12), "series_judged": hist.family,
                             "rule": rate_rule(hist)},
@@ -111,7 +134,8 @@ def as_json(hist: history.History, args, code: int) -> dict:
                                     "mpi": mpi_library(hist.runs[i]), "value": hist.values[(i, key)]}
                                    for i in hist.points(c)],
                         "runs": len(hist.points(c)), "too_short": c in hist.too_short,
-                        "runs_needed": hist.too_short.get(c),
+                        "runs_needed": hist.too_short.get(c), "judged": c in hist.judged,
+                        "findable_ratio_90": hist.findable.get(c),
                         "steps": [step_dict(hist, f) for f in hist.steps if f.column == c]}
                        for c, (key, lab) in enumerate(zip(hist.columns, hist.labels))]}
 
@@ -166,23 +190,44 @@ def text_lines(hist: history.History) -> list[str]:
 def step_lines(hist: history.History, args, code: int) -> list[str]:
     """One line per step (``^`` in the table marks where it starts), then the verdict."""
     lines = [f"# steps ({STEPS_METHOD}; min step {args.min_step * 100:g} %):", f"# {rate_rule(hist)}"]
+    by_column: dict[int, list] = {}
     for found in hist.steps:
-        step = found.step
-        what = "worse" if found.worse else "better"
-        why = "; ".join(found.changed[:6]) + (" ..." if len(found.changed) > 6 else "") if found.changed \
-            else "no recorded condition changed"
-        lines.append(f"  {hist.labels[found.column]}: step at run {run_label(hist.runs[found.run])} "
-                     f"({_time(hist.runs[found.run])}): {num(step.before)} -> {num(step.after)} "
-                     f"{UNITS[hist.metric]}, x{step.ratio:.3f} ({what}, {step.test}, p {step.p:.2g}); changed: {why}")
-    for c, needs in hist.too_short.items():
-        lines.append(f"  {hist.labels[c]}: too short: {len(hist.points(c))} run(s), needs {needs} for a step "
-                     f"to be found")
-    if not hist.steps and hist.judged:
-        lines.append("  none" if not hist.too_short else f"  none in the other {len(hist.judged)} series")
+        by_column.setdefault(found.column, []).append(found)
+    for c, lab in enumerate(hist.labels):
+        if c in hist.too_short:
+            lines.append(f"  {lab}: too short: {len(hist.points(c))} run(s), needs {hist.too_short[c]} for a step "
+                         f"to be found")
+        elif c not in by_column:
+            ratio = hist.findable.get(c)
+            seen = "" if ratio is None else f" (a step of {_ratio(ratio)} at its middle would have been found, 90 %)"
+            lines.append(f"  {lab}: no step in {len(hist.points(c))} runs{seen}")
+        for found in by_column.get(c, ()):
+            lines.append(_step_line(hist, found))
     unexplained = sum(f.worse and not f.explained for f in hist.steps)
+    word, reasons = hist.outcome(must_see_of(args))
+    verdict = f"{word}" + (f": {'; '.join(reasons)}" if reasons and word == "INCONCLUSIVE" else "")
     lines.append(f"# {len(hist.steps)} step(s), {unexplained} for the worse with no recorded change"
-                 + (" -> FAIL (--fail-on-step)" if code else ""))
+                 + (f" -> {verdict} (--fail-on-step, exit {code})" if args.fail_on_step
+                    else f"; as a gate (--fail-on-step): {verdict}"))
     return lines
+
+
+def _ratio(ratio: float) -> str:
+    return f"x{ratio:.2f}" if ratio <= 1000 else "x>1000"
+
+
+def _step_line(hist: history.History, found: history.FoundStep) -> str:
+    step = found.step
+    what = "worse" if found.worse else "better"
+    why = "; ".join(found.changed[:6]) + (" ..." if len(found.changed) > 6 else "") if found.changed \
+        else "no recorded change"
+    column = hist.points(found.column)
+    machine = f"; {found.machine} (may explain it: not a FAIL, INCONCLUSIVE)" if found.machine and found.worse \
+        and not found.changed else f"; {found.machine}" if found.machine else ""
+    return (f"  {hist.labels[found.column]}: step at run {run_label(hist.runs[found.run])} "
+            f"({_time(hist.runs[found.run])}, run {column.index(found.run) + 1} of {len(column)}): "
+            f"{num(step.before)} -> {num(step.after)} {UNITS[hist.metric]}, x{step.ratio:.3f} ({what}, {step.test}, "
+            f"p {step.p:.2g}); changed: {why}{machine}")
 
 
 def draw_figure(hist: history.History, path):

@@ -9,6 +9,11 @@ Layout (what Jenkins, GitLab and GitHub reporters read)::
           <failure type="threshold" message="first reason">every reason, one a line</failure>
           <system-out>every judgement of the rule, one a line</system-out>
         </testcase>
+
+An INCONCLUSIVE rule (judged on fewer runs than it asks for) is a ``<failure type="inconclusive">`` when the
+check's INCONCLUSIVE fails the job (exit 1 or 4), and a ``<skipped>`` when the site lets it pass
+(``--inconclusive-exit 0``), so that a CI reading the XML agrees with the exit status. With ``--strict``,
+results no rule judged are one more failing testcase, ``not judged``.
 """
 
 from __future__ import annotations
@@ -31,11 +36,16 @@ def _text(value: str) -> str:
     return _INVALID_XML.sub("?", value)
 
 
-def build(spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -> ET.ElementTree:
-    """The JUnit document for one spec's outcomes; ``properties`` go on the testsuite (files, runs)."""
+def build(spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str], unjudged: str | None = None,
+          inconclusive_fails: bool = True) -> ET.ElementTree:
+    """The JUnit document for one spec's outcomes; ``properties`` go on the testsuite (files, runs); ``unjudged``
+    (with --strict) what no rule judged, as a failing testcase; ``inconclusive_fails``: INCONCLUSIVE rules are
+    failures (else skipped)."""
     suite_name = Path(spec.path).stem
-    failures = sum(not o.passed for o in outcomes)
-    counts = {"tests": str(len(outcomes)), "failures": str(failures), "errors": "0", "skipped": "0", "time": "0"}
+    unsure = sum(o.outcome == "INCONCLUSIVE" for o in outcomes)
+    failures = sum(o.outcome == "FAIL" for o in outcomes) + (unsure if inconclusive_fails else 0) + bool(unjudged)
+    counts = {"tests": str(len(outcomes) + bool(unjudged)), "failures": str(failures), "errors": "0",
+              "skipped": "0" if inconclusive_fails else str(unsure), "time": "0"}
     root = ET.Element("testsuites", {"name": "microbench check", **counts})
     suite = ET.SubElement(root, "testsuite", {
         "name": suite_name, **counts,
@@ -59,15 +69,28 @@ def build(spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -
                 "message": _text(f"{reasons[0]}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")),
             })
             failure.text = _text("\n".join(reasons))
-        lines = [f"{'pass' if j.passed else 'FAIL'}  {j.message()}" for j in outcome.judgements]
+        elif outcome.outcome == "INCONCLUSIVE":
+            unsure_reasons = outcome.inconclusive()
+            message = _text("INCONCLUSIVE: judged on fewer runs than the rule asks for: " + unsure_reasons[0]
+                            + (f" (and {len(unsure_reasons) - 1} more)" if len(unsure_reasons) > 1 else ""))
+            element = ET.SubElement(case, "failure" if inconclusive_fails else "skipped",
+                                    {"type": "inconclusive", "message": message})
+            element.text = _text("\n".join(unsure_reasons))
+        lines = [f"{j.state}  {j.message()}" for j in outcome.judgements]
         if lines:
             ET.SubElement(case, "system-out").text = _text("\n".join(lines))
+    if unjudged:
+        case = ET.SubElement(suite, "testcase", {"classname": f"microbench.check.{suite_name}",
+                                                 "name": "not judged (--strict)", "time": "0"})
+        ET.SubElement(case, "failure", {"type": "not-judged", "message": _text(f"measured, judged by no rule: "
+                                                                               f"{unjudged}")})
     ET.indent(root)
     return ET.ElementTree(root)
 
 
-def write(path: str | os.PathLike, spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str]) -> None:
+def write(path: str | os.PathLike, spec: Spec, outcomes: list[RuleOutcome], properties: dict[str, str],
+          unjudged: str | None = None, inconclusive_fails: bool = True) -> None:
     """Write the JUnit XML file (parent folders are created; never through a link planted on the name:
     ``output_files.write_output``)."""
-    tree = build(spec, outcomes, properties)
+    tree = build(spec, outcomes, properties, unjudged, inconclusive_fails)
     write_output(path, lambda f: tree.write(f, encoding="utf-8", xml_declaration=True), what="JUnit XML to ")

@@ -175,6 +175,23 @@ def entries_for(docs: list[dict], benchmark: str, ranks: int, backend: str) -> l
     return out
 
 
+def why_none_applies(docs: list[dict], benchmark: str, ranks: int, backend: str) -> str:
+    """Why no entry of the documents applies to this test (``entries_for`` found none), in words: what the
+    entries for the benchmark were made for (other rank counts, another backend), or that none names it."""
+    made_for = sorted({f"{(e.get('filters') or {}).get('ranks', 'any')} ranks, "
+                       f"backend {(e.get('filters') or {}).get('backend', 'any')}"
+                       for doc in docs for e in doc.get("entries", []) if benchmark in e.get("benchmarks", [])})
+    if made_for:
+        return f"their {benchmark} entries are for {'; '.join(made_for)}"
+    named = sorted({b for doc in docs for e in doc.get("entries", []) for b in e.get("benchmarks", [])})
+    return f"they name no {benchmark} rule" + (f" (only {', '.join(named)})" if named else "")
+
+
+def scopes_of(docs: list[dict]) -> set[str]:
+    """Every ReFrame scope (``*``, ``SYSTEM``, ``SYSTEM:PARTITION``) the documents' entries name."""
+    return {scope for doc in docs for e in doc.get("entries", []) for scope in (e.get("reference") or {})}
+
+
 def asserted_filters(entry: dict) -> dict:
     """The entry's filters a test must find in its records (all but those that chose the test)."""
     return {k: v for k, v in (entry.get("filters") or {}).items() if k not in TEST_FILTERS}

@@ -40,7 +40,7 @@ import numpy as np
 
 from microbench.gate import tdist
 from microbench.gate.family import bonferroni
-from microbench.gate.ranktest import mann_whitney_p, smallest_p
+from microbench.gate.ranktest import EXACT_LIMIT, mann_whitney_p, smallest_p, smallest_tied_p, tied_p
 
 _TRIES = 25  #: splits examined per segment, most significant first, for one that passes the minimum step
 RANK, T_LOG = "rank", "t on logs"  #: the tests that judge a split
@@ -81,6 +81,31 @@ def runs_needed(alpha: float, series: int = 1, min_segment: int = 3, logs: bool 
     while not can_reach(runs, alpha, series, min_segment, logs):
         runs += 1
     return runs
+
+
+def findable_ratio(values: Sequence[float], alpha: float = 0.05, series: int = 1, min_segment: int = 3,
+                   min_step: float = 0.05) -> float | None:
+    """What a series could see: the smallest step (a ratio above 1) at its middle that would be found with 90 %
+    probability, by the t test on log values at this series' level (alpha / (split points x series)), with the
+    spread of its (winsorized) log values and the medians at least ``min_step`` apart; None for a series with
+    values that are not all positive, or too short for a split. A model figure, as ``compare_power``'s: the rank
+    test judges most middle splits of long series and is about as sensitive on log-normal noise."""
+    from microbench.gate import compare_power
+    from microbench.gate.ratiotest import robust_logs
+
+    data = np.asarray(values, dtype=float)
+    splits = split_points(len(data), min_segment)
+    if splits == 0 or not np.all(data > 0):
+        return None
+    logs = robust_logs(data)
+    a = len(data) // 2
+    b = len(data) - a
+    se = float(logs.std(ddof=1)) * math.sqrt(1 / a + 1 / b)
+    d = compare_power.detectable_log(se, len(data) - 2, splits * max(series, 1), alpha, math.log1p(min_step))
+    try:
+        return math.exp(d)
+    except OverflowError:
+        return math.inf
 
 
 def detect(values: Sequence[float], min_step: float = 0.05, alpha: float = 0.05, min_segment: int = 3,
@@ -131,10 +156,13 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int,
     mean, sd = candidates * later / 2, np.sqrt(candidates * later * (n + 1) / 12)
     score = np.abs(u - mean) / sd
     use_t = np.zeros(len(candidates), dtype=bool)
+    tied = ties > 0
     # the splits nearest the ends have the fewest orderings: when even they can reach the level, all can
-    # (this keeps the exact binomials of long series, thousands of digits each, out of the search)
-    if np.all(seg > 0) and smallest_p(min_segment, n - min_segment) > limit:
-        use_t = np.array([smallest_p(int(k), n - int(k)) > limit for k in candidates])
+    # (this keeps the exact binomials of long series, thousands of digits each, out of the search); with ties
+    # (histogram bins make them common in real runs) the most extreme ordering is counted with them
+    reach = (lambda k: smallest_tied_p(ranks, n - k)) if tied else (lambda k: smallest_p(k, n - k))
+    if np.all(seg > 0) and reach(min_segment) > limit:
+        use_t = np.array([reach(int(k)) > limit for k in candidates])
     if use_t.any():
         approx = np.array([math.erfc(z / math.sqrt(2)) for z in score])  # normal p, for the order only
         logs = np.log(seg)
@@ -153,7 +181,9 @@ def best_split(seg: np.ndarray, min_step: float, alpha: float, min_segment: int,
         if use_t[i]:
             p, test = _t_log_p(np.log(seg), split), T_LOG
         else:
-            p, test = mann_whitney_p(float(u[i]), split, n - split, ties), RANK
+            exact = tied_p(ranks, n - split, float(u[i]) + (n - split) * (n - split + 1) / 2) \
+                if tied and split * (n - split) <= EXACT_LIMIT else None
+            p, test = (exact if exact is not None else mann_whitney_p(float(u[i]), split, n - split, ties)), RANK
         p = bonferroni(p, tests)
         return (split, p, test) if p <= alpha else None
     return None

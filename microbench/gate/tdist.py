@@ -3,13 +3,15 @@
 scipy.special has both, but importing it costs more than a whole `microbench compare` may take
 (docs/results-at-scale.md). The p-value is the regularized incomplete beta function
 I_x(df/2, 1/2) with x = df / (df + t^2), evaluated by its continued fraction (modified Lentz), accurate
-to about 1e-12 here; the quantile inverts it by bisection. Both accept non-integer degrees of freedom
+to about 1e-12 here; the quantile inverts it by Newton's method kept inside a bracket (bisection where a
+step would leave it), and is cached. Both accept non-integer degrees of freedom
 (Welch's).
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 _EPS = 1e-15
 _TINY = 1e-300
@@ -53,18 +55,31 @@ def two_sided_p(t: float, df: float) -> float:
     return incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
 
 
+def _density(t: float, df: float) -> float:
+    """Student's t density at ``t``."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_c - (df + 1) / 2 * math.log1p(t * t / df))
+
+
+@lru_cache(maxsize=4096)
 def quantile(prob: float, df: float) -> float:
-    """The t with P(T <= t) = ``prob`` (0.5 < prob < 1), by bisection on ``two_sided_p``."""
+    """The t with P(T <= t) = ``prob`` (0.5 < prob < 1): Newton on ``two_sided_p`` inside a bracket."""
     target = 2.0 * (1.0 - prob)  # two-sided tail mass at that t
     lo, hi = 0.0, 1.0
     while two_sided_p(hi, df) > target:
-        hi *= 2.0
+        lo, hi = hi, hi * 2.0
+    t = (lo + hi) / 2.0
     for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if two_sided_p(mid, df) > target:
-            lo = mid
+        g = two_sided_p(t, df) - target  # falls as t grows
+        if g > 0:
+            lo = t
         else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return (lo + hi) / 2.0
+            hi = t
+        slope = 2.0 * _density(t, df)
+        step = t + g / slope if slope > 0 else (lo + hi) / 2.0
+        if not lo < step < hi:
+            step = (lo + hi) / 2.0
+        if abs(step - t) < 1e-12 * max(1.0, step) or hi - lo < 1e-12 * max(1.0, hi):
+            return step
+        t = step
+    return t

@@ -16,7 +16,7 @@ import numpy as np
 
 from microbench.benchmarks.base import Buffers
 from microbench.benchmarks.checkdata import POISON
-from microbench.errors import RunError
+from microbench.errors import RunError, UsageError
 from microbench.measure.buffers import BufferPool
 
 
@@ -75,6 +75,47 @@ def l2_cache_bytes(buffer_kind: str, index: int) -> int | None:
     return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0)) or None
 
 
+#: AMD GPUs whose memory side has a last-level cache behind the L2 (AMD's Infinity Cache, "MALL"), by the
+#: architecture's gfx name, in bytes: what cold must evict besides the L2 (AMD's CDNA 3 and 4 white papers:
+#: 256 MB on MI300X, MI300A, MI325X, MI350X and MI355X). CDNA 1 and 2 (gfx908, gfx90a) have none.
+INFINITY_CACHE_BYTES = {"gfx942": 256 << 20, "gfx950": 256 << 20, "gfx908": 0, "gfx90a": 0}
+
+
+def gpu_arch(buffer_kind: str, index: int) -> str | None:
+    """The GPU's architecture name on ROCm ("gfx942", from ``gcnArchName`` "gfx942:sramecc+:xnack-"); None elsewhere."""
+    try:
+        if buffer_kind == "cupy":
+            import cupy
+
+            raw = cupy.cuda.runtime.getDeviceProperties(index).get("gcnArchName")
+        else:
+            import torch
+
+            raw = getattr(torch.cuda.get_device_properties(index), "gcnArchName", None)
+    except Exception:  # noqa: BLE001 - informative: an unknown architecture needs --cache-size for cold
+        return None
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    name = str(raw or "").split(":")[0]
+    return name or None
+
+
+def device_cache_bytes(l2_bytes: int | None, runtime: str, arch: str | None) -> tuple[int | None, str]:
+    """(the cache cold and --flush must evict on this GPU, where that figure comes from).
+
+    CUDA: the L2. ROCm: the L2 plus the Infinity Cache of its architecture (``INFINITY_CACHE_BYTES``); an AMD
+    architecture not in that table is unknown (None: cold and --flush then need --cache-size), because an
+    L2-sized flush would leave a memory-side cache of up to 256 MB warm."""
+    if runtime != "rocm":
+        return l2_bytes, "GPU L2 (device properties)"
+    if not l2_bytes or arch not in INFINITY_CACHE_BYTES:
+        return None, f"unknown for AMD {arch or 'GPU'} (its Infinity Cache size is not known here)"
+    extra = INFINITY_CACHE_BYTES[arch]
+    if not extra:
+        return l2_bytes, f"GPU L2 (device properties; {arch} has no Infinity Cache)"
+    return l2_bytes + extra, f"GPU L2 (device properties) + {extra >> 20} MiB Infinity Cache ({arch})"
+
+
 def free_device_bytes(buffer_kind: str, index: int) -> int:
     if buffer_kind == "cupy":
         import cupy
@@ -97,13 +138,25 @@ def cuda_aware_mpi(libmpi_path: str | None) -> bool | None:
     query = getattr(lib, "MPIX_Query_cuda_support", None)  # Open MPI (mpi-ext.h)
     if query is not None:
         query.restype = ctypes.c_int
-        return bool(query())
-    gpu_query = getattr(lib, "MPIX_GPU_query_support", None)  # MPICH: (MPIX_GPU_SUPPORT_CUDA = 0, int *)
+        if query():
+            return True
+    rocm = getattr(lib, "MPIX_Query_rocm_support", None)  # Open MPI built with ROCm (its mpi-ext.h)
+    if rocm is not None:
+        rocm.restype = ctypes.c_int
+        if rocm():
+            return True
+    if query is not None or rocm is not None:
+        return False
+    gpu_query = getattr(lib, "MPIX_GPU_query_support", None)  # MPICH: (MPIX_GPU_SUPPORT_CUDA = 0, _HIP = 2, int *)
     if gpu_query is not None:
-        flag = ctypes.c_int(0)
         gpu_query.restype = ctypes.c_int
-        if gpu_query(ctypes.c_int(0), ctypes.byref(flag)) == 0:
-            return bool(flag.value)
+        answers = []
+        for kind in (0, 2):
+            flag = ctypes.c_int(0)
+            if gpu_query(ctypes.c_int(kind), ctypes.byref(flag)) == 0:
+                answers.append(bool(flag.value))
+        if answers:
+            return any(answers)
     return None
 
 
@@ -303,7 +356,13 @@ class DeviceFlush:
             cupy.cuda.runtime.deviceSynchronize()
 
     def close(self) -> None:
+        """Drop the buffer and give its memory back to the driver (it may be closed after the pool's own release,
+        which would otherwise leave twice the cache reserved by the caching allocator)."""
+        if self.buffer is None:
+            return
+        kind = "torch" if hasattr(self.buffer, "fill_") else "cupy"
         self.buffer = None
+        release_device_memory(kind)
 
 
 @dataclass(frozen=True)
@@ -322,6 +381,7 @@ class DeviceChoice:
     selected_before_mpi_init: bool | None = None
     bus_id: str | None = None  #: the GPU's PCI bus id (domain:bus:device.function), where the library says
     runtime: str | None = None  #: "cuda" or "rocm" (a ROCm build of torch: HIP behind torch.cuda, RCCL behind NCCL)
+    cache_from: str | None = None  #: where the cache size cold and --flush evict comes from (``device_cache_bytes``)
 
 
 def device_uuid(buffer_kind: str, index: int) -> str | None:
@@ -367,6 +427,34 @@ def gpu_runtime(buffer_kind: str) -> str:
         return "rocm" if getattr(torch.version, "hip", None) else "cuda"
     except Exception:  # noqa: BLE001
         return "cuda"
+
+
+def rank_gpu(host: str, local_rank: int | None, device: "DeviceChoice", env: dict | None = None) -> dict:
+    """One rank's GPU as the run record lists it (``device.ranks``): host, local rank, GPU index, UUID, PCI bus
+    id, and the ``NCCL_HOSTID`` this rank runs under where one is set (NCCL then takes it for the host)."""
+    env = os.environ if env is None else env
+    mine = {"host": host, "local_rank": local_rank, "index": device.index, "uuid": device.uuid,
+            "bus_id": device.bus_id}
+    if env.get("NCCL_HOSTID"):
+        mine["nccl_hostid"] = env["NCCL_HOSTID"]
+    return mine
+
+
+def refuse_shared_gpus(gpus: list[dict], library: str = "NCCL") -> None:
+    """Raise one UsageError naming the ranks that share a physical GPU (``gpus``: every rank's ``rank_gpu``).
+
+    For NCCL or RCCL, before any communicator exists: NCCL refuses two ranks of one communicator on one GPU of one
+    host ("Duplicate GPU detected", raised while the communicator is made). The host is what NCCL takes for it:
+    ``NCCL_HOSTID`` where set (ranks with different host ids on one GPU are allowed: each is a host of its own),
+    else the host name. The GPU is told by UUID, else by PCI bus id (an unknown GPU matches no other)."""
+    identities = [(g.get("nccl_hostid") or g["host"], g.get("uuid") or (f"bus id {g['bus_id']}" if g.get("bus_id")
+                                                                        else None)) for g in gpus]
+    shared = shared_gpus(identities)
+    if shared:
+        (host, gpu), ranks = next(iter(shared.items()))
+        raise UsageError(f"ranks {', '.join(map(str, ranks))} share GPU {gpu} on {host}: {library} needs one GPU "
+                         f"per rank (start as many ranks per node as GPUs, or give each rank its own with "
+                         f"CUDA_VISIBLE_DEVICES)")
 
 
 def shared_gpus(identities: list[tuple[str, str | None]]) -> dict[tuple[str, str], list[int]]:

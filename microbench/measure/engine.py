@@ -50,6 +50,9 @@ class LoopSettings:
     first_call: bool = True  #: time the first call on slot 0 before warmup
     flush_before: Callable[[], None] | None = None  #: run once before warmup (cold cache)
     flush_each: Callable[[int], None] | None = None  #: run before every timed iteration (--flush)
+    #: use every slot once, untimed, after the first call and before the cold flush (CUDA-aware MPI registers a
+    #: device buffer at its first use: no timed iteration of a cold pool may be a slot's first)
+    touch_slots_first: bool = False
 
 
 @dataclass
@@ -105,6 +108,9 @@ def measure(coll: Collective, ctx: Context, slots, calls: Sequence, loop: TimedL
         barrier()
         first_us = float(loop.run(phase.prepared, 1, start=0)[0]) / 1e3 / per_iteration
         phase.position = 1
+    if settings.touch_slots_first:
+        barrier()
+        loop.run(phase.prepared, len(slots), start=phase.position % len(slots))  # untimed; the rotation is unchanged
     if settings.flush_before is not None:
         settings.flush_before()
 

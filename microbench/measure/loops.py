@@ -52,21 +52,50 @@ class GraphDetails:
 
 #: host launch time at or above this share of the device time per call: the GPU waited for the host
 LAUNCH_BOUND_SHARE = 0.9
+#: paired timing (--sync barrier, --flush, --check): more than this share of the samples began before the host
+#: had launched their call (the launch outlasted the gate), so the tail from p99 on holds host launch time
+UNGATED_BOUND_SHARE = 0.01
+#: paired timing without a gate (calls that wait on the host): every sample holds its launch; launch-bound when the
+#: launch is at least this share of the sample
+PAIRED_BOUND_SHARE = 0.5
+
+
+#: what a result marked launch-bound means, and what to do, wherever a person reads one (table, check, compare, report)
+LAUNCH_BOUND_ADVICE = ("launch-bound: the host's launch rate (torch.distributed's per-call cost), not the collective, "
+                       "set these samples; --cuda-graph times the device")
 
 
 @dataclass(frozen=True)
 class LaunchFacts:
-    """Eager CUDA-event timing: the host's time to launch each call beside the device time the events saw.
+    """CUDA-event timing: the host's time to launch each call beside the device time the events saw.
 
-    When the host needs about as long to launch a call as the device needs to run it, the device waits for
-    the host between calls and the samples measure the launch rate, not the collective."""
+    Lean loop: when the host needs about as long to launch a call as the device needs to run it, the device
+    waits for the host between calls and the samples measure the launch rate, not the collective. Paired loop
+    (``samples`` set): with a gate (``gate_us``), each call's start event waits behind a device spin while the host
+    launches the call; ``ungated`` samples began before their launch ended (so they hold host time), and more than
+    ``UNGATED_BOUND_SHARE`` of them make the result launch-bound. Without one (calls that wait on the host), every
+    sample holds its launch: launch-bound when that is at least ``PAIRED_BOUND_SHARE`` of it."""
 
     host_us_per_call: float
     device_us_per_call: float
+    gate_us: float | None = None  #: paired, gated: the median gate the start events waited behind (us)
+    ungated: int | None = None  #: paired, gated: samples whose launch outlasted their gate
+    samples: int | None = None  #: paired: samples timed
 
     @property
     def bound(self) -> bool:
-        return self.host_us_per_call >= LAUNCH_BOUND_SHARE * self.device_us_per_call
+        if self.gate_us is not None:
+            return (self.ungated or 0) > UNGATED_BOUND_SHARE * (self.samples or 0)
+        share = PAIRED_BOUND_SHARE if self.samples is not None else LAUNCH_BOUND_SHARE
+        return self.host_us_per_call >= share * self.device_us_per_call
+
+    @property
+    def share(self) -> float:
+        """How much the host's launches weigh on the samples: the host's share of the device time, or the share of
+        ungated samples (gated); the slowest rank's facts are the largest share's."""
+        if self.gate_us is not None:
+            return (self.ungated or 0) / max(self.samples or 0, 1)
+        return self.host_us_per_call / self.device_us_per_call if self.device_us_per_call else 0.0
 
 
 class TimedLoop(Protocol):
@@ -82,7 +111,8 @@ class TimedLoop(Protocol):
     last_timer: str
     #: CUDA graph replay details of the latest timed run, None when no graph was replayed
     graph: GraphDetails | None
-    #: eager CUDA-event timing of the latest lean run: host launch against device time; None elsewhere
+    #: CUDA-event timing of the latest run: host launch against device time (and the paired loop's gate); None
+    #: elsewhere
     launch: LaunchFacts | None
     #: the loop must be told where the timed iterations begin (``begin_timed``), so warmup runs apart
     separate_warmup: bool

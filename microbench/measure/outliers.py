@@ -2,6 +2,11 @@
 
 Used by the pairwise link test (cells and node rows), straggler attribution and bisection, and by every reader of
 a pairs record, which recomputes what the record flags from its matrix rather than trusting its lists.
+
+A pairs record measured in repeated passes (``run pairs --pair-repeats R``) holds each pass's matrix
+(``repeats``) and their cellwise median (``matrix``). A link or node is then flagged only where it stands out in
+the median matrix and in a strict majority of the passes (2 of 2, 2 of 3, 3 of 4): one noisy pass on a loaded
+machine does not name a node (on an unthrottled emulated cluster one of two single-pass runs named node0).
 """
 
 from __future__ import annotations
@@ -76,18 +81,50 @@ def node_outliers(matrix: list[list[float | None]], higher_is_worse: bool,
     return [(known[k][0], known[k][1], z) for k, z in found], {**rule, "nodes": len(known)}
 
 
+def majority(passes: int) -> int:
+    """Passes a link or node must stand out in: a strict majority of ``passes``."""
+    return passes // 2 + 1
+
+
+def median_matrix(repeats: list[list[list[float | None]]]) -> list[list[float | None]]:
+    """The cellwise median of the passes' matrices (a cell no pass measured stays None)."""
+    n = len(repeats[0])
+    out: list[list[float | None]] = [[None] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            cells = [m[i][j] for m in repeats if m[i][j] is not None]
+            out[i][j] = statistics.median(cells) if cells else None
+    return out
+
+
 def flag_matrix(matrix: list[list[float | None]], labels: list[str], higher_is_worse: bool,
-                z_limit: float = OUTLIER_Z) -> dict:
+                z_limit: float = OUTLIER_Z, repeats: list[list[list[float | None]]] | None = None) -> dict:
     """What a pairs record says its matrix flags: ``outliers`` (links) and ``node_outliers`` (participants), each
     with its rule, as the record holds them. The pairwise test writes this; every reader computes it again from
-    the record's matrix and judges that, never the lists the record carries."""
+    the record's matrix (and ``repeats``: each pass's matrix) and judges that, never the lists the record
+    carries. With two or more passes, only what stands out in the median matrix and in a strict majority of
+    the passes is flagged."""
     found, rule = outliers(matrix, higher_is_worse=higher_is_worse, z_limit=z_limit)
     bad_nodes, node_rule = node_outliers(matrix, higher_is_worse=higher_is_worse, z_limit=z_limit)
+    if repeats and len(repeats) >= 2:
+        need = majority(len(repeats))
+        link_votes: dict[tuple[int, int], int] = {}
+        node_votes: dict[int, int] = {}
+        for one in repeats:
+            for o in outliers(one, higher_is_worse=higher_is_worse, z_limit=z_limit)[0]:
+                link_votes[(o.i, o.j)] = link_votes.get((o.i, o.j), 0) + 1
+            for i, _, _ in node_outliers(one, higher_is_worse=higher_is_worse, z_limit=z_limit)[0]:
+                node_votes[i] = node_votes.get(i, 0) + 1
+        found = [o for o in found if link_votes.get((o.i, o.j), 0) >= need]
+        bad_nodes = [b for b in bad_nodes if node_votes.get(b[0], 0) >= need]
+        rule = {**rule, "passes": len(repeats), "passes_needed": need}
+        node_rule = {**node_rule, "passes": len(repeats), "passes_needed": need}
     direction = "above" if higher_is_worse else "below"
     return {
         "outliers": [{"pair": [o.i, o.j], "labels": [labels[o.i], labels[o.j]], "value": o.value,
                       "z": round(o.z, 2)} for o in found],
-        "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs",
+        "outlier_rule": {"statistic": "modified z-score 0.6745 (x - median) / MAD over all pairs"
+                         + (", in the median of the passes and in a majority of them" if "passes" in rule else ""),
                          "direction": direction, **rule},
         "node_outliers": [{"index": i, "label": labels[i], "row_median": m, "z": round(z, 2)}
                           for i, m, z in bad_nodes],

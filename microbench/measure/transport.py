@@ -43,6 +43,13 @@ class Transport:
     notice: str | None = None  #: a one-time notice about the loop (a fallback), for the table
     gpus: list = field(default_factory=list)  #: every rank's GPU (host, local rank, index, UUID, bus id); CUDA runs
 
+    @property
+    def registers_buffers(self) -> bool:
+        """MPI moves the device buffers itself (CUDA-aware, not staged): UCX and Open MPI register each buffer, or
+        open its CUDA-IPC handle, at its first use and keep that; a cold pool's slots are then each used once,
+        untimed, before timing, so that no timed iteration pays it."""
+        return self.device.kind == "cuda" and self.torch_meta is None and not self.staged
+
     def in_place_for(self, coll: Collective, opts: RunOptions) -> bool:
         """In place when asked, or when the transport's API has no out-of-place form (torch all_reduce, reduce)."""
         return opts.in_place or coll.primitive in self.python_backend.in_place_only
@@ -50,7 +57,9 @@ class Transport:
     def cache_bytes_from(self, opts: RunOptions) -> str:
         if opts.cache_size:
             return "--cache-size"
-        return "GPU L2 (device properties)" if self.device.kind == "cuda" else "sysfs (last-level cache of cpu0)"
+        if self.device.kind == "cuda":
+            return self.device.cache_from or "GPU L2 (device properties)"
+        return "sysfs (last-level cache of cpu0)"
 
     def pool(self, plan: SizePlan, dtype: DType, nslots: int, ack: bool, huge_pages: str):
         """Host slots (filled, verified) and the buffers the transport moves (the same memory on the host)."""
@@ -124,11 +133,12 @@ def open_transport(world: World, opts: RunOptions, selected: tuple[DeviceChoice,
     lib = library(world.MPI) if world.MPI is not None else None
     error = transport = None
     device, cache_bytes = selected
+    gpus = _gpus_of_every_rank(world, device)  # known before any communicator is made (the refusal below)
     try:
         if opts.backend == "mpi":
             transport = _open_mpi(world, opts, lib, device, cache_bytes)
         else:
-            transport = _open_torch(world, opts, lib, device, cache_bytes)
+            transport = _open_torch(world, opts, lib, device, cache_bytes, gpus)
     except (UsageError, RunError) as exc:
         error = exc
     agree.raise_if_any(world.reducer, error)
@@ -136,18 +146,20 @@ def open_transport(world: World, opts: RunOptions, selected: tuple[DeviceChoice,
     # every rank, so one rank that stages makes every rank stage.
     transport.staged = agree.any_rank(world.reducer, transport.staged)
     _choose_loop(world, opts, transport)
-    transport.gpus = _gpus_of_every_rank(world, device)
+    transport.gpus = gpus
     return transport
 
 
 def _gpus_of_every_rank(world: World, device: DeviceChoice) -> list[dict]:
-    """Collective: every rank's (host, local rank, GPU index, UUID, bus id), in rank order; empty on the CPU."""
+    """Collective: every rank's (host, local rank, GPU index, UUID, bus id, NCCL host id where set), in rank
+    order; empty on the CPU."""
     if device.kind != "cuda":
         return []
     import platform
 
-    mine = {"host": platform.node(), "local_rank": launch.discover().local_rank, "index": device.index,
-            "uuid": device.uuid, "bus_id": device.bus_id}
+    from microbench.measure.device import rank_gpu
+
+    mine = rank_gpu(platform.node(), launch.discover().local_rank, device)
     return world.reducer.bcast(world.reducer.gather(mine), root=0)
 
 
@@ -173,8 +185,10 @@ def select_device(opts: RunOptions) -> tuple[DeviceChoice, int | None]:
         module.empty(1, device=f"cuda:{index}")
         name = module.cuda.get_device_name(index)
     l2 = device.l2_cache_bytes(kind, index)
+    runtime = device.gpu_runtime(kind)
+    cache, cache_from = device.device_cache_bytes(l2, runtime, device.gpu_arch(kind, index) if runtime == "rocm" else None)
     return (DeviceChoice("cuda", opts.buffer, index, name, count, l2, device.device_uuid(kind, index), before_init,
-                         device.device_bus_id(kind, index), device.gpu_runtime(kind)), opts.cache_size or l2)
+                         device.device_bus_id(kind, index), runtime, cache_from), opts.cache_size or cache)
 
 
 def _mpi_initialized() -> bool:
@@ -211,11 +225,15 @@ def _open_mpi(world: World, opts: RunOptions, lib, device: DeviceChoice, cache_b
                      _thread_level(world.MPI))
 
 
-def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache_bytes) -> Transport:
+def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache_bytes, gpus: list[dict]) -> Transport:
     from microbench.cluster import torch_runtime
     from microbench.measure.backends import torch_dist
 
     name = torch_runtime.resolve_backend(opts.torch_backend, opts.device)
+    if name == "nccl":  # before the communicator: NCCL would fail its creation with "Duplicate GPU detected"
+        from microbench.measure.device import refuse_shared_gpus
+
+        refuse_shared_gpus(gpus, "RCCL" if device.runtime == "rocm" else "NCCL")
     torch, dist = torch_runtime.import_torch()
     if not dist.is_initialized():  # under mpiexec/srun: rank 0's TCPStore address travels over MPI
         torch_runtime.init_process_group("gloo", world.rank, world.nranks, world.launcher,
@@ -223,13 +241,16 @@ def _open_torch(world: World, opts: RunOptions, lib, device: DeviceChoice, cache
     # NCCL reads NCCL_RUNTIME_CONNECT when it makes a communicator: set (for --nccl-connect eager) before it exists
     import os
 
-    connect = torch_runtime.nccl_connect_env(name, opts.nccl_connect, os.environ)
+    connect = torch_runtime.nccl_connect_env(name, opts.nccl_connect, os.environ,
+                                             torch_runtime.nccl_version(torch) if name == "nccl" else None)
     # NCCL's communicator made here where torch can: before the preflight reads the GPU's free memory
     group = dist.new_group(backend=name, **torch_runtime.group_options(name, device.index, dist.new_group))
     if opts.device == "cuda":
         from microbench.measure.gpu_loops import CudaEventLoop, CudaGraphLoop
 
-        backend, loop = torch_dist.TorchCudaBackend(group), (CudaGraphLoop() if opts.cuda_graph else CudaEventLoop())
+        gated = name == "nccl"  # NCCL's calls only enqueue: a device spin can hold the start events (LaunchGate)
+        backend, loop = torch_dist.TorchCudaBackend(group), (CudaGraphLoop(gated) if opts.cuda_graph
+                                                              else CudaEventLoop(gated))
     else:
         backend, loop = torch_dist.TorchBackend(group), PythonLoop("torch")
     return Transport(backend, backend, loop, device, False, cache_bytes, lib,

@@ -47,8 +47,18 @@ class LoopFacts:
         return cls(loop.kind, loop.call_path, loop.last_timer,
                    {"iterations_per_replay": graph.iterations_per_replay, "replays": graph.replays,
                     "graphs": graph.graphs} if graph else None,
-                   {"host_us_per_call": launch.host_us_per_call, "device_us_per_call": launch.device_us_per_call,
-                    "bound": launch.bound} if launch else None)
+                   _launch_block(launch) if launch else None)
+
+
+def _launch_block(launch) -> dict:
+    """A result's ``launch``: host and device time per call, whether launch-bound, and the paired loop's gate."""
+    block = {"host_us_per_call": launch.host_us_per_call, "device_us_per_call": launch.device_us_per_call,
+             "bound": launch.bound}
+    if launch.gate_us is not None:
+        block.update(gate_us=launch.gate_us, ungated=launch.ungated)
+    if launch.samples is not None:
+        block["samples"] = launch.samples
+    return block
 
 
 @dataclass(frozen=True)
@@ -69,9 +79,11 @@ class Figures:
 
 
 def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layout: Layout,
-               transport: Transport, links: dict | None = None, path_peak: dict | None = None) -> dict:
+               transport: Transport, links: dict | None = None, path_peak: dict | None = None,
+               machine: list[dict] | None = None) -> dict:
     """The first line of a run: what ran where, on which libraries, under which conditions and options; each
-    host's links and the peak of the path its data crossed (``microbench.run.peaks``)."""
+    host's links and the peak of the path its data crossed (``microbench.run.peaks``); ``machine``: each host's
+    state at the start (``run.machine_state``)."""
     device = transport.device
     return _make(model.RunRecord, {
         **({"links": links, "path_peak": path_peak} if links is not None else {}),
@@ -111,6 +123,8 @@ def run_record(run_id: str, argv: list[str], opts: RunOptions, nranks: int, layo
                                                 mpi_abi=transport.lib.abi if transport.lib else None),
         },
         "options": asdict(opts),
+        **({"machine": machine} if machine else {}),
+        "per_launch": {"env": facts.per_launch_env()},
     })
 
 
@@ -133,7 +147,7 @@ def result_record(*, run_id: str, coll: Collective, plan: SizePlan, requested: i
         "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "algbw_bytes": s_bytes, "busbw_factor": factor,
         "check": figures.check, "first_call_us": figures.first_call_us,
         "loop": loop.kind, "call_path": loop.call_path, "timer": loop.timer,
-        "device": transport.device.kind, "buffer": opts.buffer, "cache": cache,
+        "device": transport.device.runtime or transport.device.kind, "buffer": opts.buffer, "cache": cache,
         "cache_bytes": transport.cache_bytes,
         "pool_bytes": pool.pool_bytes if pool else plan.send_count * item + plan.recv_count * item,
         "pool_slots": pool.slots if pool else 1,
@@ -197,10 +211,12 @@ def samples_record(run_id: str, benchmark: str, size_bytes: int, cache: str, ran
                                        "cache": cache, "rank": rank, "latency_us": latency_us})
 
 
-def end_record(run_id: str, status: str, reason: str, results: int) -> dict:
-    """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout)."""
+def end_record(run_id: str, status: str, reason: str, results: int, machine: list[dict] | None = None) -> dict:
+    """The last line of a run: complete, incomplete (a signal) or failed (an error, a timeout); ``machine``: each
+    host's state over the run (``run.machine_state``)."""
     return _make(model.EndRecord, {"run_id": run_id, "status": status, "reason": reason,
-                                   "time_utc": facts.utc_now(), "results": results})
+                                   "time_utc": facts.utc_now(), "results": results,
+                                   **({"machine": machine} if machine else {})})
 
 
 # ------------------------------------------------------------------------------ diagnostics (docs/diagnostics.md)
@@ -257,6 +273,7 @@ def replay_record(*, run_id: str, argv: list[str], backend: str, layout: Layout,
         "version_mismatch": layout.version_mismatch,
         "conditions": {"thp": facts.thp_mode(), "page_size": facts.page_size(), "cpu": facts.cpu_model(),
                        "cpus_per_rank": launch.cpu_count(), "env": facts.relevant_env()},
+        "per_launch": {"env": facts.per_launch_env()},
         **summary,
     })
 

@@ -176,12 +176,18 @@ class GraphReplays(Block, kw_only=True):
 
 
 class LaunchTimes(Block, kw_only=True):
-    """Eager CUDA-event timing: host launch time and device time per call (us); ``bound``: the host's launch
+    """CUDA-event timing: host launch time and device time per call (us); ``bound``: the host's launch
     rate, not the collective, set the samples."""
 
     host_us_per_call: Micros
     device_us_per_call: Micros
     bound: bool
+    # issue 44: the paired loop's gate (--sync barrier, --flush, --check on NCCL)
+    gate_us: Annotated[float, Meta(ge=0, le=MAX_DURATION_US, description="paired timing: the median device spin "
+                                   "each start event waited behind while the host launched the call (us)")] | UnsetType = UNSET
+    ungated: Annotated[int, Meta(ge=0, le=MAX_COUNT, description="paired timing: samples whose launch outlasted "
+                                 "their gate (they hold host launch time)")] | UnsetType = UNSET
+    samples: Annotated[int, Meta(ge=0, le=MAX_COUNT, description="paired timing: samples timed")] | UnsetType = UNSET
 
 
 class TimeBudget(Block, kw_only=True):
@@ -275,6 +281,9 @@ class OutlierRule(Block, kw_only=True):
     cells: Count | UnsetType = UNSET
     nodes: Count | UnsetType = UNSET
     mad_of: str | UnsetType = UNSET
+    # issue 39: a pairs test measured in repeated passes flags only what stands out in a majority of them
+    passes: Count | UnsetType = UNSET
+    passes_needed: Count | UnsetType = UNSET
 
 
 # ------------------------------------------------------------------------------------------ issue 43: links and peaks
@@ -422,6 +431,9 @@ class RankGpu(Block, kw_only=True):
     index: Optional[Count] | UnsetType = UNSET
     uuid: Optional[str]
     bus_id: Optional[str]
+    # issue 44
+    nccl_hostid: Annotated[str, Meta(description="the NCCL_HOSTID this rank ran under (NCCL takes it for the "
+                                     "host: ranks with different ids may share a GPU)")] | UnsetType = UNSET
 
 
 class DeviceFacts(Block, kw_only=True):
@@ -463,6 +475,51 @@ class Conditions(Block, kw_only=True):
     progress: Progress | UnsetType = UNSET
 
 
+# ------------------------------------------------------------------------------------------ issue 39: machine state
+CpuShare = Annotated[float, Meta(ge=0, le=MAX_COUNT, description="CPUs' worth of time (1.0 = one CPU busy throughout)")]
+
+
+class BusyProcess(Block, kw_only=True):
+    """A process other than the run's own that used CPU time during the window."""
+
+    pid: Count
+    name: str
+    cpus: CpuShare
+
+
+class GpuProcess(Block, kw_only=True):
+    """A process other than the run's own with a context on one of the host's GPUs."""
+
+    pid: Count
+    name: str
+    gpu: Optional[str]  #: the GPU's UUID (or index) as the driver names it
+    used_bytes: Optional[Bytes]
+
+
+class MachineState(Block, kw_only=True):
+    """What else the host was doing (``cluster/machine.py``): load, steal and the other busy processes over a
+    window (at the start: the run's setup; at the end: the whole run), and on GPUs the other processes on them."""
+
+    host: str
+    time_utc: Time
+    cpus: Positive  #: CPUs online
+    load_avg: Annotated[list[Annotated[float, Meta(ge=0)]], Meta(min_length=3, max_length=3,
+                                                                 description="1, 5 and 15 minute load averages")]
+    running: Count  #: runnable tasks at that moment (this run's ranks included)
+    window_s: Seconds | UnsetType = UNSET  #: the window the CPU figures are over
+    others_cpus: CpuShare | UnsetType = UNSET  #: CPU time of every process but the run's own over the window
+    steal_cpus: CpuShare | UnsetType = UNSET  #: CPU time the hypervisor gave to other guests over the window
+    busy: list[BusyProcess] | UnsetType = UNSET  #: the other processes that used the most CPU (at most 5)
+    gpu_processes: list[GpuProcess] | UnsetType = UNSET  #: other processes on the host's GPUs (GPU runs)
+
+
+class PerLaunch(Block, kw_only=True):
+    """Values that differ between launches by construction, or only steer how microbench shows and reads things
+    (``cluster/conditions.py`` lists them with reasons): kept apart from ``conditions``, never a cause of a step."""
+
+    env: dict[str, str] | UnsetType = UNSET
+
+
 class RunOptionsBlock(Block, kw_only=True):
     """The run's options as ``RunOptions`` holds them (``options.py``); only the two listed are typed here."""
 
@@ -495,6 +552,9 @@ class RunRecord(Record, tag="run", kw_only=True):
     # issue 43: each host's links and the peak of the path the run's data crossed
     links: dict[str, HostLinks] | UnsetType = UNSET
     path_peak: Optional[PathPeak] | UnsetType = UNSET
+    # issue 39: what else each host was doing at the start, and the per-launch values kept apart from conditions
+    machine: list[MachineState] | UnsetType = UNSET
+    per_launch: PerLaunch | UnsetType = UNSET
 
     own_required: ClassVar[tuple[str, ...]] = (
         "microbench_version", "time_utc", "command", "hosts", "ranks_per_host", "launcher", "mpi", "torch",
@@ -554,6 +614,8 @@ class ResultRecord(Record, tag="result", kw_only=True):
     outlier_rule: OutlierRule | UnsetType = UNSET
     node_outliers: list[NodeOutlier] | UnsetType = UNSET
     node_outlier_rule: OutlierRule | UnsetType = UNSET
+    # issue 39: each pass's matrix of a pairs test measured in repeated passes (``matrix`` is their cellwise median)
+    repeats: list[list[list[Optional[Annotated[float, Meta(ge=0, le=MAX_DURATION_US)]]]]] | UnsetType = UNSET
     time_utc: Time | UnsetType = UNSET
     wall_s: Seconds | UnsetType = UNSET
     requested_bytes: Bytes | UnsetType = UNSET
@@ -599,6 +661,8 @@ class EndRecord(Record, tag="end", kw_only=True):
     reason: str
     time_utc: Time | UnsetType = UNSET
     results: Count
+    # issue 39: what else the hosts were doing at the end (CPU figures over the whole run)
+    machine: list[MachineState] | UnsetType = UNSET
 
 
 class SamplesRecord(Record, tag="samples", kw_only=True):
@@ -808,6 +872,8 @@ class ReplayRecord(Record, tag="replay", kw_only=True):
     comparison_threshold: Annotated[float, Meta(gt=0)]
     rules: list[str]
     notes: list[str]
+    # issue 39: the per-launch values kept apart from conditions
+    per_launch: PerLaunch | UnsetType = UNSET
 
 
 #: Every record type, by its ``type``.

@@ -142,6 +142,9 @@ def pairs_problems(rec: Any) -> str | None:
         return f"participant_ranks: {len(participants)} ranks for {n} labels"
     if any(matrix[i][i] is not None for i in range(n)):
         return "matrix: a value on the diagonal (a participant's link to itself)"
+    repeats = _field(rec, "repeats")  # issue 39: each pass's matrix, the same shape
+    if repeats is not None and any(len(m) != n or any(len(row) != n for row in m) for m in repeats):
+        return f"repeats: a pass's matrix is not {n} x {n}"
     unit = _field(rec, "matrix_unit")
     cells = [v for row in matrix for v in row if v is not None]
     if unit == "GB/s" and any(v > MAX_BANDWIDTH_GBPS for v in cells):

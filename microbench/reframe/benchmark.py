@@ -13,7 +13,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import SanityError
+from reframe.core.exceptions import PerformanceError, SanityError
 from reframe.core.logging import getlogger
 
 from microbench.benchmarks.table import BLOCKING, COLLECTIVES
@@ -25,6 +25,8 @@ from microbench.gate.reframe_references import (
     load_references,
     merged_reference,
     parse_perf_var,
+    scopes_of,
+    why_none_applies,
 )
 from microbench.reframe import verdicts
 from microbench.results.keys import FIELD_TYPES
@@ -74,12 +76,14 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
     #: benchmarks (latency, bw, bibw) one rank per node on ``ranks`` nodes, as ReFrame's OSU tests place them;
     #: collectives anywhere. Set 1 to measure inside one node on purpose.
     nodes = variable(int, value=0)
-    #: Reference entries that cover no scope of the current system and partition (a misspelt partition)
-    #: fail the test instead of only warning.
+    #: Reference files that apply to nothing fail the test instead of only warning: no entry for this test's
+    #: benchmark, ranks and backend; a scope naming a system or partition the configuration does not have (a
+    #: misspelt one, in any of the files); no scope covering the current system and partition.
     strict_references = variable(typ.Bool, value=False)
-    #: A folder the records file is copied to after every run, passed or failed (ReFrame copies
-    #: ``keep_files`` to the output directory only after success; a failed test's stage directory keeps it
-    #: until the next run). Empty: not copied.
+    #: A folder where microbench writes the records itself (``--out``), so that every run keeps them, passed,
+    #: failed, or ended by the job's time limit (the partial record of a hang); named
+    #: ``CLASS-BENCHMARK-SIZES-BACKEND-RANKSr-SYSTEM-PARTITION-TIME.jsonl`` (the test's parameters, not ReFrame's
+    #: variant index, which shifts when parameters change). Empty: only the stage directory's file.
     records_dir = variable(str, value="")
     #: Regular expression the MPI library version must match (e.g. ``Cray MPICH``); empty: any.
     expect_mpi_library = variable(str, value="")
@@ -107,21 +111,33 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
         checked = self.data_check or any(e.get("require_check") for e in self._entries())
         self.executable = self.microbench
         self.executable_opts = ["run", self.benchmark, "-m", self.sizes, "--backend", self.backend,
-                                "--out", self.records_file, *(["-c"] if checked else []), *self.run_options]
+                                "--out", self._records_path(), *(["-c"] if checked else []), *self.run_options]
 
     @run_after("run")
     def keep_records(self):
-        """Copy the records file into ``records_dir`` (before sanity and performance: failed tests keep theirs)."""
+        """With ``records_dir``: a copy of the kept records in the stage directory, for ``keep_files`` (a job
+        that ended before this hook, at its time limit, has its records in ``records_dir`` all the same)."""
+        kept = getattr(self, "_kept_path", None)
+        if kept and os.path.exists(kept) and not self.is_dry_run():
+            shutil.copyfile(kept, os.path.join(self.stagedir, self.records_file))
+
+    def _records_path(self) -> str:
+        """Where the run writes its records: ``records_dir`` (a new file named by the test's parameters), or the
+        stage directory's ``records_file``."""
         if not self.records_dir or self.is_dry_run():
-            return
-        source = os.path.join(self.stagedir, self.records_file)
-        if not os.path.exists(source):
-            return
-        folder = os.path.join(self.prefix, self.records_dir) if not os.path.isabs(self.records_dir) else self.records_dir
+            return self.records_file
+        folder = self.records_dir if os.path.isabs(self.records_dir) else os.path.join(self.prefix, self.records_dir)
         os.makedirs(folder, exist_ok=True)
-        partition = self.current_partition.fullname.replace(":", "-") if self.current_partition else "local"
+        where = self.current_partition.fullname.replace(":", "-") if self.current_partition else "local"
+        sizes = "".join(c if c.isalnum() else "_" for c in self.sizes)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        shutil.copyfile(source, os.path.join(folder, f"{self.unique_name}-{partition}-{stamp}.jsonl"))
+        base = f"{type(self).__name__}-{self.benchmark}-{sizes}-{self.backend}-{self.ranks}r-{where}-{stamp}"
+        path, k = os.path.join(folder, f"{base}.jsonl"), 1
+        while os.path.exists(path):
+            k += 1
+            path = os.path.join(folder, f"{base}-{k}.jsonl")
+        self._kept_path = path
+        return path
 
     def required_nodes(self) -> int:
         """Nodes the run must span (0: any): ``nodes``, or for point-to-point benchmarks one rank per node."""
@@ -147,7 +163,7 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
         perf = {var.name: var for var in self._default_variables()}
         if self.reference_files:
             reference = merged_reference(self._entries(), verdicts.measured_sizes(run, self.benchmark))
-            self._check_scopes(reference)
+            self._check_references(reference)
             for variables in reference.values():
                 perf.update({name: parse_perf_var(name) for name in variables})
             self.reference = {scope: {name: tuple(ref) for name, ref in variables.items()}
@@ -157,18 +173,42 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
                                for name, var in sorted(perf.items(), key=lambda kv: (kv[1].size, kv[0]))}
 
     # -- helpers ---------------------------------------------------------------------------
-    def _check_scopes(self, reference: dict) -> None:
-        """Warn (or fail, ``strict_references``) when no scope of the references covers this system:partition."""
+    def _check_references(self, reference: dict) -> None:
+        """Warn (or fail, ``strict_references``) where the reference files apply to nothing: no entry for this
+        test, a scope naming a system or partition the configuration lacks, none covering this partition."""
         system = self.current_system.name if self.current_system else "*"
         partition = self.current_partition.name if self.current_partition else "*"
+        docs = self._docs()
+        problems = []
+        if not self._entries():
+            problems.append(f"no entry of the reference files ({', '.join(self.reference_files)}) applies to "
+                            f"{self.benchmark} on {self.ranks} ranks ({self.backend}): "
+                            f"{why_none_applies(docs, self.benchmark, self.ranks, self.backend)}")
+        unknown = sorted(s for s in scopes_of(docs) if not self._known_scope(s))
+        if unknown:
+            problems.append(f"the reference scope(s) {', '.join(unknown)} name no system or partition of this "
+                            "configuration (a misspelt system or partition?): they apply to nothing")
         covering = {"*", f"{system}", f"{system}:*", f"{system}:{partition}", f"*:{partition}"}
-        if not reference or covering.intersection(reference):
-            return
-        message = (f"the reference files name {', '.join(sorted(reference))}, none of which covers "
-                   f"{system}:{partition}: no performance reference applies (a misspelt system or partition?)")
-        if self.strict_references:
-            raise SanityError(message)
-        getlogger().warning(f"{self.display_name}: {message}")
+        if reference and not covering.intersection(reference):
+            problems.append(f"the reference files name {', '.join(sorted(reference))}, none of which covers "
+                            f"{system}:{partition}: no performance reference applies (a misspelt system or "
+                            "partition?)")
+        if problems and self.strict_references:
+            raise PerformanceError("; ".join(problems))
+        for message in problems:
+            getlogger().warning(f"{self.display_name}: {message}")
+
+    def _known_scope(self, scope: str) -> bool:
+        """Whether a reference scope names systems and partitions the loaded configuration has (``*`` matches all)."""
+        name, _, part = scope.partition(":")
+        systems = _configured_systems()
+        if self.current_system is not None:
+            systems.setdefault(self.current_system.name, {p.name for p in self.current_system.partitions})
+        if name == "*":
+            return not part or part == "*" or any(part in parts for parts in systems.values())
+        if name not in systems:
+            return False
+        return not part or part == "*" or part in systems[name]
 
     def _sweep(self) -> set[int]:
         return set(parse_sizes(self.sizes))
@@ -181,16 +221,19 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
         out += [PerfVar("busbw", "avg", size) for size in sorted(sweep.intersection(self.busbw_sizes))]
         return out
 
-    def _entries(self) -> list[dict]:
+    def _docs(self) -> list[dict]:
         try:  # relative paths: from the test file's directory, as ReFrame's own reference files
-            docs = [load_references(os.path.join(self.prefix, path)) for path in self.reference_files]
+            return [load_references(os.path.join(self.prefix, path)) for path in self.reference_files]
         except UsageError as exc:
             raise SanityError(str(exc)) from None
-        return entries_for(docs, self.benchmark, self.ranks, self.backend)
+
+    def _entries(self) -> list[dict]:
+        return entries_for(self._docs(), self.benchmark, self.ranks, self.backend)
 
     def _run(self):
+        kept = getattr(self, "_kept_path", None)
         try:
-            return verdicts.load_run(os.path.join(self.stagedir, self.records_file))
+            return verdicts.load_run(kept or os.path.join(self.stagedir, self.records_file))
         except UsageError as exc:
             raise SanityError(f"{exc} (see the job's stdout and stderr)") from None
 
@@ -204,6 +247,18 @@ class microbench_benchmark(rfm.RunOnlyRegressionTest):
             mpi_library=self.expect_mpi_library, env=dict(self.expect_env),
             fields={k: _typed(k, v) for k, v in self.expect_fields.items()}, entries=tuple(entries),
             nodes=self.required_nodes())
+
+
+def _configured_systems() -> dict[str, set[str]]:
+    """Every system of the loaded configuration with its partitions (ReFrame keeps them in its site
+    configuration; empty where this ReFrame does not say)."""
+    try:
+        from reframe.core.runtime import runtime
+
+        systems = runtime().site_config._site_config["systems"]  # noqa: SLF001 (no public accessor in 4.x)
+        return {s["name"]: {p["name"] for p in s.get("partitions", [])} for s in systems}
+    except Exception:  # noqa: BLE001 (another ReFrame's layout: only the current system is known)
+        return {}
 
 
 def _typed(name: str, text: str):

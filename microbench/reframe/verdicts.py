@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from microbench.benchmarks.table import COLLECTIVES
 from microbench.errors import UsageError
 from microbench.gate.reframe_references import PerfVar, asserted_filters
 from microbench.records import Run, read_runs
@@ -59,16 +60,16 @@ def sanity_problems(run: Run, want: Expectations) -> list[str]:
     for size in want.sizes:
         found = results_at(run, want.benchmark, size)
         if not found:
-            problems.append(f"no {want.benchmark} result at {format_size(size)} B")
+            problems.append(f"no {want.benchmark} result at {_size(size)}")
         elif len(found) > 1:
-            problems.append(f"{len(found)} {want.benchmark} results at {format_size(size)} B (several "
+            problems.append(f"{len(found)} {want.benchmark} results at {_size(size)} (several "
                             f"configurations); a test reads one configuration per size")
     for res in run.results:
         if want.checked and res.get("check") != "pass":
-            problems.append(f"{res.get('benchmark')} at {format_size(res.get('size_bytes', 0))} B: data check "
+            problems.append(f"{res.get('benchmark')} at {_size(res.get('size_bytes', 0))}: data check "
                             f"{res.get('check') or 'not done'}")
         elif res.get("check") == "fail":
-            problems.append(f"{res.get('benchmark')} at {format_size(res.get('size_bytes', 0))} B: data check failed")
+            problems.append(f"{res.get('benchmark')} at {_size(res.get('size_bytes', 0))}: data check failed")
         problems += _field_problems(res, want.fields, "the test expects")
         for entry in want.entries:
             problems += _field_problems(res, asserted_filters(entry), f"spec rule {entry.get('rule')} names")
@@ -96,14 +97,23 @@ def _run_problems(run: Run, want: Expectations) -> list[str]:
                         f"{want.mpi_library!r}")
     hosts = meta.get("hosts") or []
     if want.nodes and len(hosts) != want.nodes:
+        spec = COLLECTIVES.get(want.benchmark)
+        why = ("point-to-point on one node measures shared memory, not the network; set nodes = 1 where that is "
+               "intended" if spec is not None and spec.point_to_point and len(hosts) < want.nodes else
+               f"a {want.benchmark} across {len(hosts)} host(s) is not the one on {want.nodes} node(s) the test "
+               "measures; set nodes to the node count intended (0: any)")
         problems.append(f"the run used {len(hosts)} host(s) ({', '.join(map(str, hosts[:8]))}), the test asks for "
-                        f"{want.nodes} node(s): point-to-point on one node measures shared memory, not the "
-                        f"network; set nodes = 1 where that is intended")
+                        f"{want.nodes} node(s): {why}")
     env = (meta.get("conditions") or {}).get("env") or {}
     for name, value in want.env.items():
         if env.get(name) != value:
             problems.append(f"the run's environment has {name}={env.get(name)!r}, the test expects {value!r}")
     return problems
+
+
+def _size(size: int) -> str:
+    """``8 B``, ``1K`` (-m's grammar: a KiB), ``1M``: a size as the sweep names it, without a doubled unit."""
+    return f"{size} B" if size < 1024 else format_size(size)
 
 
 def _field_problems(res: dict, expected: dict, who: str) -> list[str]:
@@ -128,5 +138,5 @@ def perf_value(run: Run, benchmark: str, var: PerfVar) -> float:
     found = results_at(run, benchmark, var.size)
     value = var.value(found[0]) if len(found) == 1 else None
     if value is None:
-        raise ValueError(f"{var.name}: no single {benchmark} result with this value at {format_size(var.size)} B")
+        raise ValueError(f"{var.name}: no single {benchmark} result with this value at {_size(var.size)}")
     return value

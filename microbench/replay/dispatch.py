@@ -146,8 +146,8 @@ class Dispatcher:
     """This rank's calls on its groups, and the pool they share.
 
     ``on`` maps a group kind to the backend's primitives on that group's communicator; the pool (``make_pool``, from
-    its ``pool.PoolSize``) holds the buffers of every call of ``calls``; ``settle`` (None, or a device synchronize)
-    runs after each call completes, so that a call's time includes its completion. Calling the dispatcher prepares a
+    its ``pool.PoolSize``) holds the buffers of every call of ``calls``; ``settle`` (None, or on CUDA a wait for the
+    current stream) runs after each call completes, so that a call's time includes its completion. Calling the dispatcher prepares a
     call once and returns the same ``Issued`` for it afterwards."""
 
     def __init__(self, on: dict[str, Any], calls: Iterable[Call], make_pool: Callable[[PoolSize], Any],

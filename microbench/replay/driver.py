@@ -50,7 +50,7 @@ def replay(args, workload: Workload | None) -> int:
     r = _set_up(args, world, workload)
     issuer = _issuer(r, backend)
     try:
-        plan, kernel = _plan(r)
+        plan, kernel = _plan(r, "cuda" if getattr(issuer, "cuda", False) else "cpu")
         executor = _executor(r, issuer, plan, kernel)
         timings = _iterations(r, issuer, executor)
         result = _summary(r, issuer, executor, plan, kernel, timings)
@@ -112,15 +112,16 @@ def _issuer(r: Replay, backend: str):
     return issuer
 
 
-def _plan(r: Replay) -> tuple[list[Step], Any]:
-    """The calls with ``--tflops`` compute placed between them, and the kernel calibrated for its slices."""
+def _plan(r: Replay, device: str = "cpu") -> tuple[list[Step], Any]:
+    """The calls with ``--tflops`` compute placed between them, and the kernel calibrated for its slices (on the
+    GPU where the calls move device tensors)."""
     if not r.args.tflops:
         return steps(r.schedule), None
-    from microbench.replay.compute import SliceKernel, iteration_compute_s
+    from microbench.replay import compute
 
-    r.compute_s = iteration_compute_s(r.workload, r.args.tflops)
+    r.compute_s = compute.iteration_compute_s(r.workload, r.args.tflops)
     plan = steps(r.schedule, r.compute_s)
-    return plan, SliceKernel(plan)
+    return plan, compute.SliceKernel(plan, device)
 
 
 def _executor(r: Replay, issuer, plan: list[Step], kernel) -> Executor:

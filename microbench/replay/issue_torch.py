@@ -8,8 +8,9 @@ Every call goes through ``dispatch.Dispatcher``: the benchmark table's entry bui
 group (``all_reduce`` and ``reduce`` in place, ``all_gather_single``, ``reduce_scatter_single``,
 ``all_to_all_single``, ``broadcast``; ``async_op=True`` for an overlapped call, its Work waited at the end of its
 segment; the pipeline shift as ``batch_isend_irecv``), from one uint8 tensor (``pool.TensorPool``, on the rank's GPU
-with ``--device cuda``). On CUDA (NCCL) a collective returns once it is queued on the stream, so the device is
-synchronized after every blocking call and after every wait: a call's time includes its completion.
+with ``--device cuda``). On CUDA (NCCL) a collective returns once it is queued on the stream, so the host waits
+for the current stream after every blocking call and after every wait (``stream_settle``): a call's time includes
+its own completion, and not that of another group's posted calls still running on their NCCL streams.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class TorchIssuer:
         self.torch, self.dist = torch, dist
         self.backend = f"torch-{self.name}"
         self.cuda = device == "cuda"
-        index = self._select_gpu() if self.cuda else None
+        index = self._gpu(world) if self.cuda else None
         if not dist.is_initialized():  # under mpiexec/srun: rank 0's TCPStore address travels over MPI
             torch_runtime.init_process_group("gloo", world.rank, world.nranks, world.launcher,
                                              bcast=lambda obj: world.reducer.bcast(obj, root=0))
@@ -49,9 +50,39 @@ class TorchIssuer:
         where = torch.device("cuda", index) if self.cuda else torch.device("cpu")
         #: the dispatcher: ``issued(call)`` is the call prepared on its group
         self.issued = Dispatcher({kind: primitives(group) for kind, group in groups.items()}, schedule,
-                                 lambda size: TensorPool(size, torch, where),
-                                 torch.cuda.synchronize if self.cuda else None)
+                                 lambda size: TensorPool(size, torch, where), self._settle())
         self._sync()
+
+    def _settle(self):
+        """What completes a call on CUDA: the host waits for the current stream, where a blocking call runs (or
+        which waited for it) and where a posted call's ``wait`` puts its Work; never the whole device, which
+        would charge another group's posted calls still in flight to this one. None on the CPU."""
+        return stream_settle(self.torch) if self.cuda else None
+
+    def _gpu(self, world) -> int:
+        """Collective: this rank's GPU made current; under NCCL, ranks that share a GPU refused (every rank raises
+        the same error) before any communicator exists, as ``run`` does (NCCL would fail the group's creation)."""
+        from microbench.cluster import agree
+        from microbench.errors import RunError
+
+        index, error = None, None
+        try:
+            index = self._select_gpu()
+        except (UsageError, RunError) as exc:
+            error = exc
+        agree.raise_if_any(world.reducer, error)
+        if self.name == "nccl":
+            import platform
+
+            from microbench.cluster import launch
+            from microbench.measure import device
+
+            here = device.DeviceChoice("cuda", "torch", index, None, 0, None, device.device_uuid("torch", index),
+                                       bus_id=device.device_bus_id("torch", index))
+            mine = device.rank_gpu(platform.node(), launch.discover().local_rank, here)
+            device.refuse_shared_gpus(world.reducer.bcast(world.reducer.gather(mine), root=0),
+                                      "RCCL" if device.gpu_runtime("torch") == "rocm" else "NCCL")
+        return index
 
     def _select_gpu(self) -> int:
         from microbench.cluster import launch
@@ -90,3 +121,9 @@ class TorchIssuer:
         self.issued.close()
         if self.cuda:
             self.torch.cuda.empty_cache()
+
+
+def stream_settle(torch):
+    """A function that waits for the current CUDA stream (``torch.cuda.current_stream().synchronize()``)."""
+    current = torch.cuda.current_stream
+    return lambda: current().synchronize()

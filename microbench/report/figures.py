@@ -23,7 +23,7 @@ from microbench.plotting.curves import benchmark_rows, build_series, explanation
 from microbench.report import svg
 from microbench.report.loaded import Loaded
 from microbench.report.markup import Section, details, el, notes, pre, text_el
-from microbench.results import keys
+from microbench.results import keys, metrics
 from microbench.results.columns import Table
 from microbench.results.keys import ConfigKey
 from microbench.run import terminal
@@ -180,6 +180,7 @@ def figure_group(loaded: Loaded, benchmark: str, stat: str) -> tuple[str, list[s
     curves, notes_ = collect(loaded, benchmark, stat)
     if not curves:
         return "", [f"{benchmark}: no result has a {stat} or {FALLBACK_STAT} latency: nothing to draw"]
+    notes_ = notes_ + launch_bound_notes(loaded.table, benchmark)
     names = loaded.names
     configs = list(dict.fromkeys(c.key for c in curves))
     shown = keys.varying_options(configs)
@@ -202,6 +203,16 @@ def figure_group(loaded: Loaded, benchmark: str, stat: str) -> tuple[str, list[s
     body = head + how + toggles + svg.legend(lat) + _charts(benchmark, stat, lat, bw)
     body += notes(notes_) + _omb_tables(loaded, benchmark, curves, shown)
     return el("div", body, class_="figure-group", id=f"bench-{benchmark}"), notes_
+
+
+def launch_bound_notes(table: Table, benchmark: str) -> list[str]:
+    """A note naming the sizes of ``benchmark`` with results marked launch-bound (their table rows say so too)."""
+    rows = metrics.launch_bound(table.numbers) & (table.benchmarks() == benchmark)
+    sizes = sorted(set(table.size[rows].tolist()))
+    if not sizes:
+        return []
+    shown = ", ".join(format_size(s) for s in sizes[:12]) + (" ..." if len(sizes) > 12 else "")
+    return [f"{metrics.LAUNCH_BOUND_ADVICE_SHORT}: {int(rows.sum())} result(s) at {shown}"]
 
 
 def section(loaded: Loaded, stat: str) -> Section:

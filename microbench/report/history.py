@@ -67,7 +67,8 @@ def _step_lines(hist: gate_history.History, names: dict[int, str], columns: list
     for found in hist.steps:
         if found.column not in columns:
             continue
-        why = ("conditions changed: " + "; ".join(found.changed)) if found.changed else "no recorded condition changed"
+        why = ("conditions changed: " + "; ".join(found.changed)) if found.changed else "no recorded change"
+        why += f"; {found.machine}" if found.machine else ""  # the machine's state changed with it (issue 39)
         out.append(f"step in {hist.labels[found.column]}: x{found.step.ratio:.3g} "
                    f"({found.step.before:.4g} -> {found.step.after:.4g} us) from {names[id(hist.runs[found.run])]}, "
                    f"{'worse' if found.worse else 'better'}; {why}")

@@ -13,10 +13,11 @@ from collections import Counter
 
 from microbench.gate.check import Judgement, RuleOutcome
 from microbench.gate.compare import IMPROVED, IMPROVED_UNCONFIRMED, NOISE, OK, REGRESSION, UNCONFIRMED, Comparison
+from microbench.gate.compare_outcome import decide
 from microbench.gate.compare_text import final_word
 from microbench.gate.spec import Spec
 from microbench.report.markup import Section, badge, details, el, esc, notes, num, svg_root, table, text_el
-from microbench.results import keys
+from microbench.results import keys, metrics
 from microbench.results.metrics import UNITS, explain
 from microbench.units import format_size
 
@@ -62,12 +63,12 @@ def _judgement_row(j: Judgement, shown: list[str]) -> list[str]:
     return [esc(k.benchmark), esc(format_size(k.size_bytes) if k.size_bytes else "-"), esc(k.get("ranks")),
             esc(k.get("backend")), esc(keys.describe_options(k, shown)), esc(_criterion(j)), esc(len(j.run_ids)),
             esc(values), esc(f"{num(j.value)}{unit}" if j.value is not None else "-"), esc(allowed),
-            badge("pass" if j.passed else "FAIL", j.passed), esc(j.detail)]
+            badge(j.state, True if j.passed else None if j.state == "inconclusive" else False), esc(j.detail)]
 
 
 def _rule_block(outcome: RuleOutcome) -> str:
     rule = outcome.rule
-    head = el("h3", badge("PASS" if outcome.passed else "FAIL", outcome.passed)
+    head = el("h3", badge(outcome.outcome, _good(outcome.outcome))
               + esc(f" rule {rule.index}: {rule.title()}") + text_el("span", f" [{rule.judging_text()}]", class_="dim"))
     body = notes([f"FAIL: {p}" for p in outcome.problems], class_="problems")
     if not outcome.judgements:
@@ -89,19 +90,27 @@ def _judgements(judgements: list[Judgement], shown: list[str]) -> str:
                  row_classes=[None if j.passed else "bad" for j in judgements])
 
 
+def _good(word: str) -> bool | None:
+    """PASS: good; FAIL: bad; INCONCLUSIVE: neither."""
+    return True if word == "PASS" else False if word == "FAIL" else None
+
+
 def check_section(spec: Spec, outcomes: list[RuleOutcome]) -> Section:
-    failed = sum(not o.passed for o in outcomes)
-    passed = failed == 0
+    states = [o.outcome for o in outcomes]
+    failed, unsure = states.count("FAIL"), states.count("INCONCLUSIVE")
+    word = "FAIL" if failed else "INCONCLUSIVE" if unsure else "PASS"
     intro = text_el("p", f"Spec {spec.path}" + (f": {spec.description}" if spec.description else "") + ". "
                     "latency: the statistic the rule names (p50 unless it says); bandwidth: S [x busbw factor] / "
                     "latency[stat] (avg unless it says); runs=median judges the median run, best the best, all the "
-                    "worst; allowed = limit loosened by the tolerance. Fail closed: a rule nothing matches fails.",
+                    "worst; allowed = limit loosened by the tolerance. Fail closed: a rule nothing matches fails. "
+                    "INCONCLUSIVE: judged on fewer runs than the rule's min_runs (repeat before acting).",
                     class_="how")
-    summary = el("p", badge("PASS" if passed else "FAIL", passed)
-                 + esc(f" {len(outcomes)} rule(s): {len(outcomes) - failed} passed, {failed} failed"))
+    summary = el("p", badge(word, _good(word))
+                 + esc(f" {len(outcomes)} rule(s): {len(outcomes) - failed - unsure} passed, {failed} failed"
+                       + (f", {unsure} inconclusive" if unsure else "")))
     html = summary + intro + "".join(_rule_block(o) for o in outcomes)
-    return Section("check", "Acceptance check", html, f"{'PASS' if passed else 'FAIL'}: "
-                   f"{len(outcomes) - failed} of {len(outcomes)} rules pass", passed)
+    return Section("check", "Acceptance check", html, f"{word}: "
+                   f"{len(outcomes) - failed - unsure} of {len(outcomes)} rules pass", _good(word))
 
 
 def _glyph_scale(result: Comparison) -> tuple[float, float]:
@@ -147,7 +156,7 @@ def _compare_rows(result: Comparison) -> tuple[list[list[str]], list[str | None]
         ci = f"[{_ratio(low)}, {_ratio(high)}]" if r.interval else "too few runs"
         p = "-" if r.p_adjusted is None else f"{r.p_adjusted:.3g}"
         tip = f"ratio {r.ratio:.4f}, interval {ci}, adjusted p {p}, {verdict}"
-        rows.append([esc(format_size(r.key.size_bytes)), esc(r.key.benchmark), esc(r.key.get("ranks")),
+        rows.append([esc(format_size(r.key.size_bytes) + ("*" if r.launch_bound else "")), esc(r.key.benchmark), esc(r.key.get("ranks")),
                      esc(r.key.get("backend")), esc(keys.describe_options(r.key, shown)), esc(num(r.baseline_median)),
                      esc(len(r.baseline)), esc(num(r.new_median)), esc(len(r.new)), esc(_ratio(r.ratio)), esc(ci),
                      esc(p), interval_glyph(r.ratio, low, high, result.threshold, r.verdict, domain, tip),
@@ -166,7 +175,8 @@ def compare_section(result: Comparison, baseline_runs: int, new_runs: int) -> Se
                   f"the table; the interval is for the ratio of geometric means at {level} (all hold together at "
                   f"{result.confidence * 100:g} %). REGRESSION: worse by more than {result.threshold * 100:g} % and "
                   f"adjusted p <= {result.alpha:.3g}; regression?: beyond the threshold with too few runs to test; "
-                  "noise: beyond it, not significant. The glyph: grey band 1 +- threshold, line at 1, bar the "
+                  f"noise: beyond it, not significant. PASS needs every row able to see a {result.must_see * 100:g} % "
+                  "change (90 %); else INCONCLUSIVE, as when the machine's state changed with a regression. The glyph: grey band 1 +- threshold, line at 1, bar the "
                   "interval, dot the ratio (log axis).", class_="how")
     if not result.rows:
         return Section("compare", "Compare with the baseline",
@@ -179,11 +189,14 @@ def compare_section(result: Comparison, baseline_runs: int, new_runs: int) -> Se
     only = [f"{len(keys_)} configuration(s) only in {side}: " + ", ".join(
         f"{k.benchmark} {format_size(k.size_bytes)}" for k in keys_[:10]) + (" ..." if len(keys_) > 10 else "")
         for side, keys_ in (("the baseline", result.only_baseline), ("the new runs", result.only_new)) if keys_]
-    bad = result.count(REGRESSION)
-    html += notes(only + ([f"Outcome: {final_word(result, 1 if bad else 0)}"] if result.untested else []))
+    bound = [f"{r.key.benchmark} {format_size(r.key.size_bytes)}" for r in result.rows if r.launch_bound]
+    only += [f"* {metrics.LAUNCH_BOUND_ADVICE_SHORT}: {', '.join(bound[:10])}{' ...' if len(bound) > 10 else ''}"
+             ] if bound else []
+    decision = decide(result)
+    machine = [f"Machine: baseline {result.machine['baseline']}; new {result.machine['new']}: the machine's state "
+               "changed between the sides"] if result.machine.get("change") or result.machine.get("other_way") else []
+    html += notes(only + machine + [f"Outcome: {final_word(result, 1 if decision.outcome == 'FAIL' else 4)}"])
     counts = ", ".join(f"{result.count(v)} {_VERDICT_TEXT.get(v, v)}" for v in
                        (REGRESSION, UNCONFIRMED, NOISE, OK, IMPROVED, IMPROVED_UNCONFIRMED) if result.count(v))
-    good = False if bad else None if result.count(UNCONFIRMED) else True  # unconfirmed: not judged either way
-    untested = f"; UNTESTED: {len(result.untested)} change(s) beyond the threshold" if result.untested else ""
-    return Section("compare", "Compare with the baseline", html, f"{len(result.rows)} compared: {counts}{untested}",
-                   good)
+    return Section("compare", "Compare with the baseline", html,
+                   f"{decision.outcome}: {len(result.rows)} compared: {counts}", _good(decision.outcome))

@@ -180,10 +180,25 @@ METRICS = tuple(name for name, m in TABLE.items() if m.follow)  #: what compare 
 UNITS = {name: m.unit for name, m in TABLE.items()}
 #: spec key -> (metric, bound)
 SPEC_KEYS = {key: (m.name, bound) for m in TABLE.values() for key, bound in m.spec_keys.items()}
-#: every record path some metric reads beside the latency statistics (the columnar reader keeps each as a column)
+# issue 44: what the verbs say beside a judged number, read through the same columns (never judged itself)
+LAUNCH_BOUND = "launch.bound"  #: 1 where the host's launch rate, not the collective, set a result's samples
+MARK_COLUMNS = (LAUNCH_BOUND,)
+#: the metrics a launch-bound result misstates (the others are first calls, overlap, pairs, skew)
+LAUNCH_MARKED = ("latency", "busbw", "algbw")
+LAUNCH_BOUND_ADVICE_SHORT = ("launch-bound (the host's launch rate, not the collective, set the samples: "
+                             "--cuda-graph times the device)")
+
+
+def launch_bound(numbers: Numbers) -> np.ndarray:
+    """Per row: the result was marked launch-bound (``launch.bound``); False where a record has no such mark."""
+    return np.asarray(numbers[LAUNCH_BOUND]) == 1
+
+
+#: every record path some metric reads beside the latency statistics, and the marks (the columnar reader keeps
+#: each as a column)
 NUMBER_COLUMNS = tuple(dict.fromkeys(
-    path for m in TABLE.values() for stat in (m.stats or (None,)) for path in m.columns(stat)
-    if not path.startswith("latency_us.")))
+    [path for m in TABLE.values() for stat in (m.stats or (None,)) for path in m.columns(stat)
+     if not path.startswith("latency_us.")] + list(MARK_COLUMNS)))
 
 
 def latency_stats_read(name: str, stat: str | None) -> tuple[str, ...]:

@@ -63,7 +63,7 @@ _GET_STAT = {stat: attrgetter(stat) for stat in model.LATENCY_STATS}
 class FilePart(msgspec.Struct, array_like=True):
     stamp: list  #: (size, mtime_ns, ctime_ns, inode, device) of the file when it was read
     runs: list[dict]  #: per run: the run line's report fields ({"run_id", "orphan": True} for an orphan run)
-    ends: list[Any]  #: per run: {"status", "time_utc"} of its end line, or None
+    ends: list[Any]  #: per run: {"status", "time_utc", "machine"} of its end line, or None
     result_times: list[Any]  #: per run: the first result's time_utc, or None
     configs: bytes  #: JSON list of ConfigKey values (lists), the file's distinct configurations
     owner: bytes  #: int32 per row: index into runs
@@ -191,7 +191,9 @@ def _attach(records: list) -> tuple[list[dict], list, list, list, list[int], int
                 by_id[rec.run_id] = new_run(meta)
         else:  # end
             ends[owner_of(rec.run_id)] = clean({"status": rec.status,
-                                                "time_utc": rec.time_utc if _present(rec.time_utc) else None})
+                                                "time_utc": rec.time_utc if _present(rec.time_utc) else None,
+                                                **({"machine": _builtin(rec.machine)} if _present(rec.machine)
+                                                   else {})})
     return runs, ends, times, results, owners, orphans
 
 
@@ -241,7 +243,9 @@ def _recomputed(rec) -> dict:
     higher_is_worse = (rec.matrix_unit if _present(rec.matrix_unit) else "us") == "us"
     rule = rec.outlier_rule if _present(rec.outlier_rule) else None
     z_limit = rule.z_limit if rule is not None else OUTLIER_Z
-    return flag_matrix(rec.matrix, list(rec.labels), higher_is_worse, z_limit)
+    repeats = getattr(rec, "repeats", msgspec.UNSET)
+    return flag_matrix(rec.matrix, list(rec.labels), higher_is_worse, z_limit,
+                       repeats if _present(repeats) else None)
 
 
 def _check_relations(decoded: Decoded, results: list, latency: np.ndarray, numbers: np.ndarray) -> None:

@@ -38,12 +38,15 @@ ScanNotes = ReadNotes  #: the notes both readers keep
 #: Run-line fields kept for reports (conditions of a change point, filters, labels); the rest is skipped.
 RUN_FIELDS = ("schema", "run_id", "time_utc", "command", "backend", "ranks", "hosts", "ranks_per_host", "launcher",
               "slurm", "mpi", "torch", "device", "versions", "conditions", "microbench_version",
-              "source", "path_peak")  # issue 43: an import's tool (a job's runs), the path's peak
+              "source", "path_peak",  # issue 43: an import's tool (a job's runs), the path's peak
+              "machine")  # issue 39: what else the hosts were doing
 #: the run line's paths the reader decodes for RUN_FIELDS (of an import's source, its tool alone)
 RUN_PATHS = frozenset(RUN_FIELDS) - {"source"} | {"source.tool"}
+#: End-line fields kept: the status, and what else the hosts were doing over the run (issue 39).
+END_FIELDS = ("run_id", "status", "time_utc", "machine")
 #: The pairs test's fields (kept per record that has them; outliers recomputed from the matrix).
 PAIRS_FIELDS = ("metric", "unit", "labels", "participant_ranks", "matrix_unit", "matrix", "outliers",
-                "outlier_rule", "node_outliers", "node_outlier_rule")
+                "outlier_rule", "node_outliers", "node_outlier_rule", "repeats")
 #: Result fields read besides the key, the pairs fields and the metrics' numbers.
 RESULT_FIELDS = ("run_id", "time_utc", "requested_bytes", "check", "latency_us", "overlap.overlap_pct")
 
@@ -62,7 +65,7 @@ def line_type() -> object:
     views = [projection.project(model.RunRecord, set(RUN_PATHS), "RunView", everything_none),
              projection.project(model.ResultRecord, result_paths(), "ResultView",
                                 frozenset(DERIVED_WHEN_ABSENT)),  # ... but where absence means something
-             projection.project(model.EndRecord, {"run_id", "status", "time_utc"}, "EndView", everything_none)]
+             projection.project(model.EndRecord, set(END_FIELDS), "EndView", everything_none)]
     views += [projection.project(kind, set(), f"{kind.__name__[:-6]}View")
               for name, kind in model.RECORD_TYPES.items() if name not in ("run", "result", "end")]
     return Union[tuple(views)]

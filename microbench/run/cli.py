@@ -126,6 +126,9 @@ def _add_measured(p: argparse.ArgumentParser) -> None:
                         "malloc), on (madvise), off (never); recorded with results (default system)")
     g.add_argument("--serial", action="store_true",
                    help="pairs: measure one pair at a time instead of N/2 disjoint pairs per round")
+    g.add_argument("--pair-repeats", type=int, metavar="R",
+                   help="pairs: passes over every pair (default 2); a link or node is flagged only where it stands "
+                        "out in the median matrix and in a majority of the passes")
 
 
 def _add_overlap(p: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from microbench.measure.testhooks import FaultHooks
 from microbench.measure.transport import Transport
 from microbench.options import RunOptions
 from microbench.records import Output
+from microbench.run.machine_state import MachineWatch
 from microbench.run.terminal import Progress
 from microbench.run.watchdog import Watchdog
 
@@ -31,6 +32,8 @@ class RunContext:
     peaks: object | None = None  #: rank 0: the hosts' links and path peaks (microbench.run.peaks.RunPeaks)
     tuning: object | None = None  #: this rank's NCCL debug file with --nccl-algo (cluster.nccl_tuning.TuningLog)
     cycle: dict | None = None  #: the soak cycle being run ({"number", "started_utc"}), None outside soak runs
+    machine: "MachineWatch | None" = None  #: the hosts' state at the start and end (issue 39)
+    machine_end: list[dict] | None = None  #: rank 0: every host's state over the run, gathered as it ended normally
 
     @property
     def rank(self) -> int:

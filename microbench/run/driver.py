@@ -28,6 +28,7 @@ from microbench.run import peaks as run_peaks
 from microbench.run import preflight, sweep, terminal
 from microbench.run import watchdog
 from microbench.run.context import RunContext
+from microbench.run.machine_state import MachineWatch
 from microbench.run.diagnostics import bisection, pairs, soak
 from microbench.run.terminal import Progress, TerminalTable
 
@@ -35,6 +36,7 @@ from microbench.run.terminal import Progress, TerminalTable
 def run(args, argv: list[str]) -> int:
     """``microbench run`` on every rank; returns the exit status."""
     info = launch.discover()
+    watch = MachineWatch()  # the host's counters before MPI's setup: the start state's window
     opts, hooks, error = read_options(args, warn=info.rank == 0)
     state = watchdog.RunState(info.rank)
     watchdog.SignalGuard(state, getattr(args, "out", None))
@@ -48,16 +50,21 @@ def run(args, argv: list[str]) -> int:
     agree.check_same_everywhere(world.reducer, "options", opts.digest_fields())
 
     rc = set_up(world, opts, hooks, guard, selected)
+    rc.machine = watch
+    starts = watch.start_states(world.reducer, rc.layout.hosts_by_rank, rc.transport.device.runtime
+                                or rc.transport.device.kind, [g.get("uuid") for g in rc.transport.gpus or ()
+                                                              if isinstance(g, dict) and g.get("uuid")])
     pairs_plan = pairs.plan(rc.layout.hosts_by_rank, opts.serial) if opts.pairs else None
     bisect_plan = bisection.plan(rc.nodes.nodes, opts) if opts.bisect else None
     cycles = soak.Soak(rc)
     if world.rank == 0:
-        _open_records(rc, state, argv, pairs_plan, cycles)
+        _open_records(rc, state, argv, pairs_plan, cycles, starts)
 
     failed: list[str] = []
     status, reason = "failed", "interrupted"
     try:
         failed = cycles.run(lambda cycle_rc: _measure(cycle_rc, pairs_plan, bisect_plan))
+        rc.machine_end = watch.end_states(world.reducer)
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"
@@ -145,18 +152,20 @@ def _mpi_first_line(transport: Transport) -> str:
     return lib.version_string.splitlines()[0] if lib and lib.version_string else ""
 
 
-def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pairs_plan, cycles: soak.Soak) -> None:
+def _open_records(rc: RunContext, state: watchdog.RunState, argv: list[str], pairs_plan, cycles: soak.Soak,
+                  machine: list[dict] | None = None) -> None:
     """Rank 0: the progress bar, the one writer, the run record, and the notes and warnings it carries."""
     from microbench.cluster.mpi_runtime import shadow_warning
 
     o = rc.opts
-    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + (2 * len(pairs_plan.schedule) if pairs_plan else 0)
+    pair_rounds = 2 * len(pairs_plan.schedule) * max(1, o.pair_repeats) if pairs_plan else 0
+    total = sum(len(o.sizes_for(b)) for b in o.benchmarks) + pair_rounds
     rc.progress = Progress(total * (o.cycles or 1))
     rc.out = Output(o.out, o.csv, TerminalTable(progress=rc.progress), samples_path=o.samples)
     state.close_records = lambda status, reason: _close_records(rc, status, reason, cycles)
     rc.out.run(build.run_record(rc.run_id, argv, o, rc.nranks, rc.layout, rc.transport,
                                 links=rc.peaks.links if rc.peaks else None,
-                                path_peak=rc.peaks.across if rc.peaks else None))
+                                path_peak=rc.peaks.across if rc.peaks else None, machine=machine))
     if rc.transport.notice:
         rc.note(rc.transport.notice)
     warnings = [shadow_warning(rc.transport.lib) if rc.transport.lib else None]
@@ -171,6 +180,10 @@ def _close_records(rc: RunContext, status: str, reason: str, cycles: soak.Soak) 
     """Rank 0: the soak summary and the run's end record (called once, from whichever thread ends the run)."""
     with rc.out.lock:  # no result or cycle record slips in between the summary and the end record
         cycles.close()
-        rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results)))
+        machine = rc.machine_end
+        if machine is None and rc.machine is not None:  # ended by a signal, the watchdog or an error: rank 0's host
+            local = rc.machine.local_end()
+            machine = [local] if local else None
+        rc.out.end(build.end_record(rc.run_id, status, reason, len(rc.out.results), machine))
         rc.out.close()
 

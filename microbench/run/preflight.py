@@ -34,21 +34,20 @@ class MemorySpace:
     cache_bytes: int  #: the cache the cold pool and flush are sized against in this memory
     where: str  #: "host vm" or "GPU 0 (H100)", for the message
     reserved_bytes: int = 0  #: kept free for the communication library's own buffers (per GPU)
+    holds_flush: bool = True  #: the flush buffer of cold and --flush lives here (not: host copies of device slots)
 
 
-def host_space(opts: RunOptions, local_ranks: int) -> MemorySpace | None:
-    """This host's available memory (MemAvailable), shared by its ranks; None where unknown."""
+def host_space(opts: RunOptions, local_ranks: int, transport=None) -> MemorySpace | None:
+    """This host's available memory (MemAvailable), shared by its ranks; None where unknown.
+
+    With device buffers the host holds each slot's host copy (a cold pool sized against the GPU's cache) but no
+    flush buffer (the flush is a device write)."""
     avail = facts.mem_available_bytes()
     if avail is None:
         return None
+    if transport is not None and transport.device.kind == "cuda":
+        return MemorySpace(avail, local_ranks, transport.cache_bytes or 0, f"host {platform.node()}", holds_flush=False)
     return MemorySpace(avail, local_ranks, cache_bytes_for(opts) or 0, f"host {platform.node()}")
-
-
-def gpu_identities(world, transport) -> list[tuple[str, str | None]]:
-    """Every rank's (host, GPU UUID, or "bus id ..." where the UUID is unknown), as the transport gathered them;
-    empty for CPU runs. None where neither is known (such a rank matches no other)."""
-    return [(gpu["host"], gpu["uuid"] or (f"bus id {gpu['bus_id']}" if gpu.get("bus_id") else None))
-            for gpu in transport.gpus]
 
 
 def device_space(transport) -> MemorySpace:
@@ -72,14 +71,15 @@ def device_space(transport) -> MemorySpace:
 NCCL_RESERVE_BYTES = 1 << 30
 
 
-def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan, cache_bytes: int) -> int:
-    """Bytes of buffers one rank maps for one size (the cold pool and flush buffer included)."""
+def buffer_bytes_per_rank(opts: RunOptions, coll: Collective, plan: SizePlan, cache_bytes: int,
+                          holds_flush: bool = True) -> int:
+    """Bytes of buffers one rank maps for one size (the cold pool, and the flush buffer where ``holds_flush``)."""
     item = dtype_for(opts, coll).itemsize
     need = (plan.send_count + plan.recv_count) * item
     if opts.cache in ("cold", "both"):
         pool = plan_pool(plan.send_count * item, plan.recv_count * item, cache_bytes, 10**9, opts.max_memory)
         need = max(need, pool.pool_bytes)
-    if opts.cache in ("cold", "both") or opts.flush:
+    if holds_flush and (opts.cache in ("cold", "both") or opts.flush):
         need += 2 * cache_bytes
     return need
 
@@ -97,7 +97,7 @@ def check_memory(opts: RunOptions, nranks: int, space: MemorySpace | None,
     for coll, name, sizes in sweeps:
         for size in sizes:
             plan = plan_size(coll, size, nranks, dtype_for(opts, coll), in_place_for(coll))
-            need = buffer_bytes_per_rank(opts, coll, plan, space.cache_bytes) if plan else 0
+            need = buffer_bytes_per_rank(opts, coll, plan, space.cache_bytes, space.holds_flush) if plan else 0
             if worst is None or need > worst[0]:
                 worst = (need, name, size)
     if worst is None:
@@ -112,8 +112,11 @@ def check_memory(opts: RunOptions, nranks: int, space: MemorySpace | None,
                        f"{format_bytes(space.free_bytes)} is available{kept}; lower the largest size (-m)")
 
 
-def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
-    """Checks that need the rank count (no MPI needed): ranks, root, exact --check values, host memory."""
+def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int, transport=None) -> None:
+    """Checks that need the rank count (no MPI needed): ranks, root, exact --check values, host memory.
+
+    Device runs size their host copies against the GPU's cache, which only the ranks know (``transport``): the
+    ``--np`` parent leaves their host memory to the ranks."""
     for name in opts.benchmarks:
         coll = COLLECTIVES[name]
         if nranks < coll.min_ranks:
@@ -127,9 +130,11 @@ def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int) -> None:
                              f"use a wider --dtype")
     if opts.pairs and nranks < 2:
         raise UsageError(f"pairs needs at least 2 ranks (this run has {nranks}); start it with --np 2 or more")
-    if (opts.cache != "warm" or opts.flush) and not cache_bytes_for(opts):
+    if opts.device == "cuda" and transport is None:
+        return
+    if opts.device != "cuda" and (opts.cache != "warm" or opts.flush) and not cache_bytes_for(opts):
         raise UsageError("cannot detect the last-level cache size here; give it with --cache-size (e.g. 32M)")
-    check_memory(opts, nranks, host_space(opts, local_ranks))
+    check_memory(opts, nranks, host_space(opts, local_ranks, transport))
 
 
 def preflight_local(opts: RunOptions) -> None:
@@ -187,15 +192,15 @@ def check_nonblocking(coll: Collective, transport) -> None:
 def check_run(opts: RunOptions, world, layout, transport) -> None:
     """Collective: every check that needs the ranks, their hosts or the transport; raises on every rank."""
     error = None
-    identities = gpu_identities(world, transport)
     try:  # this rank's own checks: none is collective, so one rank's failure cannot leave the others waiting
-        validate_for_ranks(opts, world.nranks, layout.local_ranks)
+        # (ranks sharing a GPU under NCCL were refused by open_transport, before NCCL's communicator existed)
+        if transport.device.kind == "cuda" and (opts.cache != "warm" or opts.flush) and not transport.cache_bytes:
+            raise UsageError(f"--cache {opts.cache}{' --flush' if opts.flush else ''} works against the GPU's caches, "
+                             f"whose size is unknown on {transport.device.name} ({transport.cache_bytes_from(opts)}); "
+                             f"give it with --cache-size")
+        validate_for_ranks(opts, world.nranks, layout.local_ranks, transport)
         if world.rank == 0:
             check_writable(opts)
-        check_gpu_sharing(transport, identities)
-        if transport.device.kind == "cuda" and (opts.cache != "warm" or opts.flush) and not transport.cache_bytes:
-            raise UsageError(f"--cache {opts.cache}{' --flush' if opts.flush else ''} works against the GPU's L2, "
-                             f"whose size {transport.device.name} does not report; give it with --cache-size")
         for name in opts.benchmarks:
             check_nonblocking(COLLECTIVES[name], transport)
     except (UsageError, RunError) as exc:
@@ -219,15 +224,3 @@ def check_run(opts: RunOptions, world, layout, transport) -> None:
         error = exc
     agree.raise_if_any(world.reducer, error)
 
-
-def check_gpu_sharing(transport, identities: list[tuple[str, str | None]]) -> None:
-    """NCCL needs one GPU per rank: ranks that share a physical GPU (the same host and UUID) are refused in one
-    line, before NCCL fails them with "Duplicate GPU detected" inside a collective."""
-    from microbench.measure.device import shared_gpus
-
-    shared = shared_gpus(identities)
-    if shared and (transport.torch_meta or {}).get("backend") == "nccl":
-        (host, uuid), ranks = next(iter(shared.items()))
-        raise UsageError(f"ranks {', '.join(map(str, ranks))} share GPU {uuid} on {host}: NCCL needs one GPU per "
-                         f"rank (start as many ranks per node as GPUs, or give each rank its own with "
-                         f"CUDA_VISIBLE_DEVICES)")

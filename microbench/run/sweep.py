@@ -8,6 +8,7 @@ one writer before the next size starts.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -95,15 +96,16 @@ def measure_pass(rc: RunContext, job: SizeJob, mode: str, first_call: bool) -> d
     settings = engine.LoopSettings(iterations=iterations, warmup=warmup, check=o.check,
                                    sync_barrier=(o.sync == "barrier"), time_budget_s=o.time_budget,
                                    first_call=first_call, flush_before=flush if mode == "cold" else None,
-                                   flush_each=flush if o.flush else None)
+                                   flush_each=flush if o.flush else None,
+                                   touch_slots_first=mode == "cold" and rc.transport.registers_buffers)
     pool = rc.transport.pool(job.plan, job.dtype, pool_plan.slots if pool_plan else 1, job.coll.point_to_point,
                              o.huge_pages)
     try:
         m, loop, first_extra, huge = _measure_on_pool(rc, job, pool, settings, mode, first_call)
     finally:
-        pool.close()
-        if flush is not None:
+        if flush is not None:  # first: the pool's close gives the device memory back, the flush's too
             flush.close()
+        pool.close()
     figures = _summarize(rc, job, m, first_extra, huge, first_call, started)
     if o.samples:
         _write_samples(rc, job, mode, m)
@@ -139,8 +141,7 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
                                        measured.copies)
     if coll.nonblocking:
         m.overlap = _measure_overlap(rc, job, pool, calls, loop, settings, m, backend.barrier(), copies)
-    if rc.transport.device.kind == "cuda":  # the launch-bound verdict of the slowest rank, not rank 0's
-        loop.launch = agree_launch(rc, loop.launch)
+    loop.launch = agree_launch(rc, loop.launch)  # the launch-bound verdict of the slowest rank, not rank 0's
     facts = build.LoopFacts.of(loop)  # before time_fresh_calls runs the loop again
     first_extra = []
     if first_call and rc.opts.first_call_samples > 1:
@@ -157,12 +158,14 @@ def _measure_on_pool(rc: RunContext, job: SizeJob, pool, settings: engine.LoopSe
 
 
 def agree_launch(rc: RunContext, launch: LaunchFacts | None) -> LaunchFacts | None:
-    """Collective: the launch facts of the rank whose launches took the largest share of its device time."""
-    share = launch.host_us_per_call / launch.device_us_per_call if launch and launch.device_us_per_call else -1.0
+    """Collective (every size, on every device): the launch facts of the rank whose launches weighed most on its
+    samples (``LaunchFacts.share``); None where no rank has any (host loops)."""
+    share = launch.share if launch else -1.0
     worst = agree.max_of(rc.reducer, share)
+    if worst < 0:
+        return None
     holder = agree.lowest_rank_where(rc.reducer, share == worst)
-    facts = rc.reducer.bcast((launch.host_us_per_call, launch.device_us_per_call) if launch else None,
-                             root=holder or 0)
+    facts = rc.reducer.bcast(dataclasses.astuple(launch) if launch else None, root=holder or 0)
     return LaunchFacts(*facts) if facts else None
 
 

@@ -10,6 +10,7 @@ from typing import TextIO
 from microbench.benchmarks.base import LARGE_MESSAGE_BYTES
 from microbench.errors import printable, terminal_safe, unwrapped
 from microbench.measure import overlap_stats
+from microbench.measure.loops import LAUNCH_BOUND_ADVICE
 from microbench.options import counts_for, dtype_for
 from microbench.run.diagnostics.terminal import DIAGNOSTIC_LINES
 from microbench.units import format_bytes
@@ -42,6 +43,15 @@ def _gbps(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+LAUNCH_MARK = "  launch-bound"  #: after a row whose samples the host's launch rate set (issue 44)
+
+
+def launch_bound(res: dict) -> bool:
+    """The result's samples measured the host's launches, not the collective (its ``launch.bound``)."""
+    launch = res.get("launch")
+    return isinstance(launch, dict) and launch.get("bound") is True
+
+
 def format_result_row(res: dict, extra=()) -> str:
     lat = res.get("latency_us") or {}
     check = {"pass": "pass", "fail": "FAIL", None: "-"}.get(res.get("check"), str(res.get("check")))
@@ -59,7 +69,7 @@ def format_result_row(res: dict, extra=()) -> str:
             values.append(peak_cell(res.get("peak")))
         else:
             values.append(_straggler_cell(res.get("stragglers"), e))
-    return _fmt_row(values, _widths(extra))
+    return _fmt_row(values, _widths(extra)) + (LAUNCH_MARK if launch_bound(res) else "")
 
 
 def peak_cell(peak: dict | None) -> str:
@@ -160,6 +170,7 @@ class TerminalTable:
         self.stream = stream or sys.stdout
         self.extra: tuple = ()
         self.progress = progress
+        self.launch_noted = False
 
     def _print(self, text: str) -> None:
         if self.progress is not None:
@@ -186,12 +197,16 @@ class TerminalTable:
             for line in rec.get("lines", ()):
                 self._print(f"# {line}")
             self.extra = tuple(rec.get("extra_columns", ()))
+            self.launch_noted = False
             self._print(overlap_stats.header() if rec.get("table") == "overlap" else format_header(self.extra))
         elif kind == "result" and rec.get("benchmark") == "pairs":
             for line in format_pairs(rec):
                 self._print(line)
         elif kind == "result":
             self._print(overlap_stats.row(rec) if rec.get("overlap") else format_result_row(rec, self.extra))
+            if launch_bound(rec) and not self.launch_noted:  # once per benchmark: what the mark means
+                self._print(f"# note: {LAUNCH_BOUND_ADVICE}")
+                self.launch_noted = True
         elif kind in DIAGNOSTIC_LINES:
             for line in DIAGNOSTIC_LINES[kind](rec):
                 self._print(line)
@@ -228,6 +243,11 @@ def outlier_lines(rec: dict) -> list[str]:
              f"(z {o['z']}, {rule['direction']} {rule.get('threshold', 0):.3f})" for o in rec["outliers"]]
     lines += [f"# OUTLIER node {n['label']}: row median {n['row_median']:.3f} {unit} (z {n['z']}, "
               f"{node_rule['direction']} {node_rule.get('threshold', 0):.3f})" for n in rec.get("node_outliers", [])]
+    if rec["outliers"] or rec.get("node_outliers"):  # issue 39: what one run's flags are worth
+        passes = rule.get("passes")
+        lines.append(f"# outliers: stood out in the median of {passes} passes and in a majority of them; one run: "
+                     "repeat the run before acting (a spec with min_runs judges the median run)" if passes else
+                     "# outliers: one pass of one run: repeat before acting (--pair-repeats, more runs)")
     if not rec["outliers"]:
         med = rule.get("median")
         lines.append(f"# no link stands out (median {med:.3f} {unit}, limit z {rule['z_limit']})" if med is not None

@@ -82,7 +82,37 @@ def find_mpicc(mpi_prefix: str | None) -> str:
     return found
 
 
+#: environment variables that change what an MPI compiler wrapper runs (Open MPI's, MPICH's, Intel MPI's)
+_WRAPPER_ENV = ("OMPI_", "MPICH_", "I_MPI_", "MPICC", "CC", "CFLAGS", "LDFLAGS")
+
+
 def _compile_flags(mpicc: str) -> str:
+    """What ``mpicc -show`` prints (the compiler and flags it runs), kept in the cache folder under a key of the
+    wrapper's path, size and modification time and the environment it reads: each rank of every launch would
+    otherwise start the wrapper, two processes and about 200 file-system calls per rank."""
+    try:
+        st = os.stat(mpicc)
+    except OSError:
+        return _ask_wrapper(mpicc)
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_WRAPPER_ENV))
+    key = hashlib.sha256(repr((os.path.realpath(mpicc), st.st_size, st.st_mtime_ns, env)).encode()).hexdigest()[:16]
+    memo = cache_dir() / f"mpicc-show-{key}.txt"
+    try:
+        return memo.read_text()
+    except OSError:
+        pass
+    flags = _ask_wrapper(mpicc)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(flags)
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a cache folder this user cannot write: asked again next time
+    return flags
+
+
+def _ask_wrapper(mpicc: str) -> str:
     for flag in ("-show", "-showme", "--showme"):
         try:
             out = subprocess.run([mpicc, flag], capture_output=True, text=True, timeout=30)

@@ -12,6 +12,10 @@ whose modified z-score, 0.6745 (x - median) / MAD over all cells, exceeds ``OUTL
 GB/s cannot fall below 0); MAD is floored at 5 % of the median, so a uniform matrix (or noise of a few per
 cent) flags nothing. A bad node (not one link) spoils a whole row, which with few nodes can move the median of all cells
 itself; ``node_outliers`` applies the same rule to each participant's row median instead.
+
+The schedule is measured ``--pair-repeats`` times (2 by default): the record's matrix is the cellwise median of
+the passes, ``repeats`` holds each pass's, and a link or node is flagged only where it stands out in the median
+matrix and in a majority of the passes (``outliers.flag_matrix``): one noisy pass does not name a node.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from microbench.cluster.nodes import choose_participants
 from microbench.measure import engine, stats
 from microbench.options import counts_for, dtype_for, plan_size
 from microbench.records import build
-from microbench.measure.outliers import flag_matrix
+from microbench.measure.outliers import flag_matrix, median_matrix
 from microbench.run.measure_pool import measure_on_pool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,14 +126,17 @@ def _measure_matrix(rc: RunContext, test: Plan, metric: Metric, size: int) -> tu
     iterations, warmup = counts_for(o, coll, size_plan.size_bytes)
     settings = engine.LoopSettings(iterations=iterations, warmup=warmup, check=o.check, first_call=False)
     index = {rank: i for i, rank in enumerate(test.members)}
-    matrix: list[list[float | None]] = [[None] * len(test.members) for _ in test.members]
+    passes = max(1, o.pair_repeats)
+    repeats: list[list[list[float | None]]] = [[[None] * len(test.members) for _ in test.members]
+                                               for _ in range(passes)]
     check_errors, loop = 0, None
     started = time.perf_counter()
-    for number, round_pairs in enumerate(test.schedule, 1):
+    for number, (repeat, round_pairs) in enumerate(((r, p) for r in range(passes) for p in test.schedule), 1):
+        matrix = repeats[repeat]
         partner = {a: (b, True) for a, b in round_pairs} | {b: (a, False) for a, b in round_pairs}
         peer, initiator = partner.get(rc.rank, (None, False))
         ctx = Context(rank=rc.rank, nranks=rc.nranks, window=o.window, peer=peer, initiator=initiator)
-        where = f"pairs {metric.name} round {number}/{len(test.schedule)}"
+        where = f"pairs {metric.name} round {number}/{len(test.schedule) * passes}"
         rc.begin(f"{where} at {size_plan.size_bytes} B", where)
         pool = rc.transport.pool(size_plan, dtype, 1, True, o.huge_pages)
         try:
@@ -147,12 +154,13 @@ def _measure_matrix(rc: RunContext, test: Plan, metric: Metric, size: int) -> tu
     check = ("pass" if agree.sum_of(rc.reducer, check_errors) == 0 else "fail") if o.check else None
     if rc.rank != 0:
         return None, check
+    matrix = median_matrix(repeats) if passes > 1 else repeats[0]
     values = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if j > i and v is not None]
     record = build.pairs_record(
         run_id=rc.run_id, metric=metric.name, plan=size_plan, dtype=dtype, opts=o, nranks=rc.nranks,
         iterations=iterations, warmup=warmup, loop=build.LoopFacts.of(loop), check=check,
         latency_us=_latency_over_pairs([metric.latency_us(size_plan.size_bytes, v) for v in values]),
-        matrix_fields=_matrix_fields(test, metric, matrix), wall_s=round(time.perf_counter() - started, 4),
+        matrix_fields=_matrix_fields(test, metric, matrix, repeats if passes > 1 else None), wall_s=round(time.perf_counter() - started, 4),
         cycle=rc.cycle)
     return record, check
 
@@ -165,11 +173,14 @@ def _latency_over_pairs(lat_values: list[float]) -> dict:
             "samples": len(lat_values), "over": "pairs (each the p50 of its iterations)"}
 
 
-def _matrix_fields(test: Plan, metric: Metric, matrix: list[list[float | None]]) -> dict:
-    """The pairs-only fields of the record: the matrix, its labels, both outlier rules and what they flag."""
+def _matrix_fields(test: Plan, metric: Metric, matrix: list[list[float | None]],
+                   repeats: list[list[list[float | None]]] | None = None) -> dict:
+    """The pairs-only fields of the record: the matrix (the passes' median), its labels, each pass's matrix, both
+    outlier rules and what they flag."""
     return {
         "unit": test.unit, "labels": test.labels, "participant_ranks": test.members,
         "matrix_unit": metric.matrix_unit, "matrix": matrix,
         "schedule": "serial" if test.serial else "round-robin", "rounds": len(test.schedule),
-        **flag_matrix(matrix, test.labels, metric.higher_is_worse),
+        **({"repeats": repeats} if repeats else {}),
+        **flag_matrix(matrix, test.labels, metric.higher_is_worse, repeats=repeats),
     }
