@@ -75,6 +75,8 @@ CANNOT = [
     (re.compile(r"scripts/bench_\w+\.py(?!.*--(help|replot))"),
      "a measurement campaign, minutes to hours (docs/benchmarks.md gives its figures; tests run each one small)"),
     (re.compile(r"(^|\s)OLD/|PYTHONPATH=OLD"), "an older checkout of microbench beside this one"),
+    (re.compile(r"scripts/mutation\.py (run|check|adopt)\b"),
+     "a mutation run, minutes to hours (docs/mutation-testing.md gives the last run's figures)"),
 ]
 
 

@@ -65,6 +65,21 @@ def test_a_time_budget_buys_what_the_warmup_s_mean_says():
     assert loop.starts == [(0, 1), (1, 1), (0, 2), (0, 10)]
 
 
+def test_without_a_first_call_the_rotation_starts_on_slot_0():
+    loop = StartsLoop([10] * 5)
+    _measure_on(loop, warmup=2, iterations=3, nslots=3, first_call=False)
+    assert loop.starts == [(0, 5)]  # warmup + timed in one run from the first slot
+
+
+def test_a_time_budget_under_check_adds_a_checked_iteration_s_untimed_work():
+    """Under --check the estimate is the warmup's mean plus one checked iteration's fill, copy and verify (timed
+    with perf_counter: a few microseconds for a 4-byte slot, so the bound below is a guard, not a threshold)."""
+    loop = StartsLoop([5000] + [1_000_000] * 3 + [7] * 10)
+    m = _measure_on(loop, warmup=1, iterations=99, time_budget_s=0.01, check=True)
+    assert 1e-3 < m.budget_estimate_s < 1e-3 + 1.0, m.budget_estimate_s
+    assert m.iterations == engine.budget_iterations(0.01, m.budget_estimate_s) and m.warmup == 3
+
+
 def test_budget_iterations_fill_the_budget_at_least_once_and_at_most_the_cap():
     assert engine.budget_iterations(1.0, 0.001) == 1000
     assert engine.budget_iterations(1e-6, 1.0) == 1
