@@ -10,8 +10,11 @@ from __future__ import annotations
 import numpy as np
 from test_sample_meaning import StubLoop, _measure
 
-from microbench.benchmarks.table import ALLREDUCE
+from microbench.benchmarks.table import ALLREDUCE, Context
 from microbench.measure import engine
+from microbench.measure.buffers import BufferPool
+
+CTX = Context(rank=0, nranks=2, window=1)
 
 
 def test_samples_and_the_first_call_are_the_loop_s_nanoseconds_in_microseconds():
@@ -25,23 +28,25 @@ class StartsLoop(StubLoop):
 
     def __init__(self, durations_ns, separate_warmup=False):
         super().__init__(durations_ns, separate_warmup)
-        self.starts = []
+        self.starts, self.barriers = [], []
 
     def run(self, prepared, iters, start=0, barrier=None, flush=None):
         self.starts.append((start, iters))
+        self.barriers.append(barrier is not None)
         return super().run(prepared, iters, start, barrier, flush)
 
 
-def _measure_on(loop, warmup, iterations, nslots=2, **settings):
-    from microbench.benchmarks.table import Context
-    from microbench.measure.buffers import BufferPool
-
+def _measure_on(loop, warmup, iterations, nslots=2, contents=None, **settings):
+    """engine.measure of ALLREDUCE (4 B) on NSLOTS slots with LOOP; CONTENTS (a list): each slot's send buffer
+    after the measurement is appended to it."""
     pool = BufferPool(4, 4, np.dtype(np.uint8), nslots=nslots)
     try:
-        return engine.measure(ALLREDUCE, Context(rank=0, nranks=2, window=1), pool.slots,
-                              [None] * nslots, loop, engine.LoopSettings(iterations=iterations, warmup=warmup,
-                                                                         **settings),
-                              barrier=lambda: None, agree_max=lambda v: v, timing=True)
+        m = engine.measure(ALLREDUCE, CTX, pool.slots, [None] * nslots, loop,
+                           engine.LoopSettings(iterations=iterations, warmup=warmup, **settings),
+                           barrier=lambda: None, agree_max=lambda v: v, timing=True)
+        if contents is not None:
+            contents += [np.asarray(slot.send).tolist() for slot in pool.slots]
+        return m
     finally:
         pool.close()
 
@@ -80,6 +85,39 @@ def test_a_time_budget_under_check_adds_a_checked_iteration_s_untimed_work():
     assert m.iterations == engine.budget_iterations(0.01, m.budget_estimate_s) and m.warmup == 3
 
 
+def test_a_time_budget_tops_up_no_warmup_of_3_or_more():
+    loop = StartsLoop([5000] + [1_000_000] * 5 + [7] * 10)
+    m = _measure_on(loop, warmup=5, iterations=99, time_budget_s=0.01)
+    assert (m.warmup, m.iterations) == (5, 10) and loop.starts == [(0, 1), (1, 5), (0, 10)]
+
+
+def test_checked_iterations_run_one_call_each_on_the_next_slot():
+    loop = StartsLoop([5000, 10, 20, 30, 40])
+    m = _measure_on(loop, warmup=1, iterations=3, check=True)
+    assert loop.starts == [(0, 1), (1, 1), (0, 1), (1, 1), (0, 1)]  # first call, warmup, 3 checked iterations
+    assert m.samples_us.tolist() == [0.02, 0.03, 0.04] and isinstance(m.check_errors, int)
+
+
+def test_a_flush_before_each_iteration_comes_with_a_barrier():
+    """A rank whose flush takes longer would make its peers wait inside their timed call."""
+    flushed = StartsLoop([10] * 4)
+    _measure_on(flushed, warmup=1, iterations=2, flush_each=lambda k: None)
+    plain = StartsLoop([10] * 4)
+    _measure_on(plain, warmup=1, iterations=2)
+    assert flushed.barriers[1:] == [True] and plain.barriers[1:] == [False]
+
+
+def test_every_slot_holds_the_first_iteration_s_data_before_the_first_call():
+    contents = []
+    _measure_on(StartsLoop([10] * 4), warmup=1, iterations=2, nslots=3, contents=contents)
+    reference = BufferPool(4, 4, np.dtype(np.uint8), nslots=1)
+    try:
+        ALLREDUCE.fill(reference.slots[0], CTX, 0)
+        assert contents == [np.asarray(reference.slots[0].send).tolist()] * 3
+    finally:
+        reference.close()
+
+
 def test_budget_iterations_fill_the_budget_at_least_once_and_at_most_the_cap():
     assert engine.budget_iterations(1.0, 0.001) == 1000
     assert engine.budget_iterations(1e-6, 1.0) == 1
@@ -93,5 +131,6 @@ def test_first_calls_on_fresh_buffers_each_in_microseconds_per_iteration():
     def fresh():
         return [None], lambda: released.append(1)
 
-    out = engine.time_fresh_calls(3, fresh, StubLoop([3000, 5000, 7000]), lambda: None, per_iteration=2)
-    assert out == [1.5, 2.5, 3.5] and len(released) == 3
+    loop = StartsLoop([3000, 5500, 7000])
+    out = engine.time_fresh_calls(3, fresh, loop, lambda: None, per_iteration=2)
+    assert out == [1.5, 2.75, 3.5] and len(released) == 3 and loop.starts == [(0, 1)] * 3
