@@ -52,9 +52,12 @@ def load_config(path: Path = CONFIG) -> tuple[list[str], list[dict]]:
 
 
 def targets_touching(targets: list[dict], ref: str) -> list[dict]:
-    """The targets with a module that differs from git ref REF (committed or not)."""
-    changed = set(subprocess.run(["git", "diff", "--name-only", ref, "--"], cwd=REPO, capture_output=True, text=True,
-                                 check=True).stdout.split())
+    """The targets with a module this checkout changed since it left git ref REF (committed or not): the diff
+    from their merge base, so what REF gained since is not counted as this change."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+    changed = set(git("diff", "--name-only", git("merge-base", ref, "HEAD").strip(), "--").split())
     return [t for t in targets if changed & set(t["modules"])]
 
 
@@ -212,8 +215,14 @@ def main() -> int:
         return 0
     if a.verb == "check":
         chosen = targets if a.all else [by_name[n] for n in a.targets] if a.targets else targets_touching(targets, a.since)
+        if BASELINE.exists():
+            unjudged = [t["name"] for t in chosen if t["name"] not in json.loads(BASELINE.read_text())]
+            if unjudged:
+                print(f"no baseline to check against (run, explain its survivors in docs/mutation-testing.md and "
+                      f"adopt it first): {', '.join(unjudged)}")
+            chosen = [t for t in chosen if t["name"] not in unjudged]
         if not chosen:
-            print(f"no target's module differs from {a.since}: nothing to check")
+            print(f"no target with a baseline has a module changed since {a.since}: nothing to check")
             return 0
     else:
         unknown = [n for n in a.targets if n not in by_name]
