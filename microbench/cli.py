@@ -75,6 +75,33 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, indent_increment, max_help_position, width)
 
 
+#: What ``microbench --help`` says above the verbs: what the tool is for, for its users (this module's docstring is
+#: for its developers).
+DESCRIPTION = """Collective-communication microbenchmarks in the style of the OSU Micro-Benchmarks and nccl-tests, over
+MPI and torch.distributed: a sweep of message sizes printed as a table and appended to a JSON Lines file of
+records, which the other verbs judge against a spec, compare with a baseline, follow over time, plot and report."""
+
+EXAMPLES = """examples:
+  microbench info                                      the MPI, launcher and torch this machine offers
+  microbench run --np 2 --out results/run.jsonl        the six core benchmarks, 1 B to 1 MiB, on 2 local ranks
+  microbench run --np 2 allreduce -m 8:64M -c          one benchmark over a size range, its data checked
+  srun --mpi=pmix -N 4 microbench run --out ar.jsonl   under a launcher (srun, mpirun, torchrun): its ranks
+  microbench check results/ --spec scripts/specs/local-2rank.toml    PASS or FAIL against a spec (exit 1)
+  microbench compare --baseline nightly/old/ --new nightly/new/      regressions against a baseline
+  microbench plot results/run.jsonl -o figs/           latency and bandwidth figures
+  microbench run --help                                a verb's options (every verb has --help)"""
+
+
+def _docs_line() -> str:
+    """Where the documentation is: the checkout's README and docs/ when this is one, else the source's."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(checkout, "README.md")) and os.path.isdir(os.path.join(checkout, "docs")):
+        return (f"documentation: {os.path.join(checkout, 'README.md')} (start there) and "
+                f"{os.path.join(checkout, 'docs')}/ (definitions.md: what every column means; faults.md: errors)")
+    return ("documentation: README.md and docs/ of the microbench-collectives source (definitions.md: what every "
+            "column means; faults.md: errors)")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, and prints help on rank 0 only; its help formatter is
     ``Formatter`` unless a caller names another."""
@@ -99,8 +126,8 @@ def _verb_in(argv: list[str]) -> str | None:
 
 def build_parser(argv: list[str] | None = None) -> Parser:
     """The parser; only the verb named in ``argv`` gets its arguments (and its module imported)."""
-    parser = Parser(prog="microbench", description=__doc__.splitlines()[0].rstrip("."), epilog=EXIT_STATUSES,
-                    formatter_class=Formatter)
+    parser = Parser(prog="microbench", description=DESCRIPTION,
+                    epilog=f"{EXAMPLES}\n\n{EXIT_STATUSES}\n\n{_docs_line()}", formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"microbench {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     sub.required = True

@@ -21,7 +21,7 @@ ZeRO-1/2/3) on 2 and 4 ranks of this machine (gloo, CPU), in one run:
                                        [--json out.json] [--figure plots/frameworks-comm.png] [--work DIR]
     python scripts/bench_frameworks.py --replot out.json --figure plots/frameworks-comm.png
 
-Needs torch (``pip install torch==2.13.0``) and, for the DeepSpeed cases, ``pip install deepspeed==0.19.8``
+Needs torch (the CPU build: ``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu``) and, for the DeepSpeed cases, ``pip install deepspeed==0.19.8``
 (``pip install -e .[frameworks]``); a case whose framework is missing is reported as not run, with the reason.
 """
 

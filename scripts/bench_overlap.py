@@ -80,7 +80,7 @@ def figures(result: dict) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))  # the first paragraph
     ap.add_argument("--rounds", type=int, default=3, help="launches of each variant, interleaved (default 3)")
     ap.add_argument("--sizes", default="8,64K,1M,16M", help="message sizes (default 8,64K,1M,16M)")
     ap.add_argument("-i", "--iterations", type=int, default=50, help="timed iterations per size (default 50)")

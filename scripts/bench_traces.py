@@ -176,7 +176,7 @@ def measure(path: Path, repeat: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))  # the first paragraph
     ap.add_argument("--sizes", nargs="+", choices=SIZES, default=list(SIZES))
     ap.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
     ap.add_argument("--repeat", type=int, default=1, help="reads per file (median reported)")

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.slurm:
             _slurm(cluster).start()
         _status(cluster)
-        print(f"try: python tests/emulated_cluster.py mpirun --per-node 1 -- microbench run pairs -m 8,64K")
+        named = "" if args.name == "lab" else f" --name {args.name}"  # the hint works for this cluster
+        print(f"try: python tests/emulated_cluster.py{named} mpirun --per-node 1 -- microbench run pairs -m 8,64K")
         return 0
     if args.verb == "down":
         if (STATE_ROOT / args.name).exists():

@@ -30,7 +30,9 @@ def test_the_slower_group_stands_out_only_beyond_the_pairs_rule():
 
 def test_bisect_refuses_what_it_cannot_do():
     proc = microbench("run", "--np", "2", "bisect", "-i", "2")
-    assert proc.returncode == 2 and f"bisect needs at least {MIN_NODES} nodes (ranks); this job has 2" in proc.stderr
+    assert proc.returncode == 2  # refused in the --np parent: the one line, no launcher banner after it
+    assert proc.stderr.splitlines() == [f"microbench: error: bisect needs at least {MIN_NODES} nodes (ranks); this "
+                                        "job has 2: use the pairwise test (microbench run pairs) instead"]
     proc = microbench("run", "--np", "4", "bisect", "--bisect-benchmark", "latency")
     assert proc.returncode == 2 and "--bisect-benchmark latency is point to point" in proc.stderr
     proc = microbench("run", "--np", "4", "bisect", "-m", "8:1K")

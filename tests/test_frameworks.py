@@ -24,7 +24,7 @@ from microbench.workload.schemes import build  # noqa: E402
 
 # the output head (4096 x 64 fp32) is 1 MiB: DDP's first bucket closes on it, the rest fills the second
 SHAPE = dict(hidden=64, layers=2, heads=4, seq=32, vocab=4096)
-NO_TORCH = "PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)"
+NO_TORCH = "PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)"
 
 
 def msg(collective, nbytes, count, phase="trace"):

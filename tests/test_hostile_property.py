@@ -14,13 +14,14 @@ import json
 import math
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from fixtures.gate.synth import result, run_line
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from model_strategies import consistent, records as model_records  # noqa: E402
@@ -32,7 +33,14 @@ from microbench.importers import nccl_tests, omb  # noqa: E402
 from microbench.records import read_runs  # noqa: E402
 from microbench.results.load import load_table  # noqa: E402
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# In CI (CI set, as .ci/run's caller does) the examples are derandomized: the same draws every run, so a failure
+# in CI's log is reproduced by running the test again; elsewhere each run draws anew, and a failure prints the
+# @reproduce_failure blob that replays it.
+REPRODUCIBLE = {"derandomize": bool(os.environ.get("CI")), "print_blob": True}
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], **REPRODUCIBLE)
+#: (property, "accepted" | "refused") -> examples seen this session: a property that refused every input would
+#: pass its own test; test_each_property_saw_inputs_accepted_and_refused fails it
+SEEN: Counter = Counter()
 CONTROL = {chr(c) for c in (*range(0, 9), *range(10, 32), *range(127, 160))}
 
 scalars = (st.none() | st.booleans() | st.integers(min_value=-(10 ** 30), max_value=10 ** 30)
@@ -48,9 +56,7 @@ FIELDS = ["type", "run_id", "schema", "benchmark", "size_bytes", "ranks", "backe
 @st.composite
 def records(draw) -> list:
     """A run line, results and an end line in microbench's shape, with some fields replaced by anything."""
-    recs = [run_line("r0", library=draw(st.text(max_size=10)) + " Open MPI"),
-            *[result("allreduce", s, 10.0, run_id="r0") for s in (8, 64)],
-            {"type": "end", "run_id": "r0", "status": "complete", "reason": "", "results": 2}]
+    recs = _clean_records(draw(st.text(max_size=10)) + " Open MPI")
     for _ in range(draw(st.integers(0, 4))):
         i = draw(st.integers(0, len(recs) - 1))
         name = draw(st.sampled_from(FIELDS))
@@ -58,6 +64,12 @@ def records(draw) -> list:
                                                                      max_size=3)))
         recs[i] = {**recs[i], name: value}
     return recs
+
+
+def _clean_records(library: str = "Open MPI") -> list:
+    """A run line, two results and an end line as microbench writes them."""
+    return [run_line("r0", library=library), *[result("allreduce", s, 10.0, run_id="r0") for s in (8, 64)],
+            {"type": "end", "run_id": "r0", "status": "complete", "reason": "", "results": 2}]
 
 
 def _lines(recs: list, mangle: bytes) -> bytes:
@@ -80,6 +92,7 @@ def _strings(value):
 @pytest.mark.timeout(600)
 @SETTINGS
 @given(recs=records(), mangle=st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff", b"[[[[", b"\n{\n", b"\x00"]))
+@example(recs=_clean_records(), mangle=b"")
 def test_generated_records_give_a_clean_error_or_a_valid_table(recs, mangle):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "foreign-gen.jsonl"
@@ -88,9 +101,11 @@ def test_generated_records_give_a_clean_error_or_a_valid_table(recs, mangle):
             table = load_table([path])
         except UsageError as exc:
             event(f"load_table: {str(exc).split(': ')[1 if ':' in str(exc) else 0][:30]}")
+            SEEN["records", "refused"] += 1
             assert "\n" not in str(exc)
         else:
             event("load_table: a table")
+            SEEN["records", "accepted"] += 1
             for values in table.latency.values():
                 assert all(math.isnan(v) or (math.isfinite(v) and v >= 0) for v in values.tolist())
             assert all(not (set(s) & CONTROL) for run in table.runs for s in _strings(run.meta))
@@ -107,7 +122,7 @@ def test_generated_records_give_a_clean_error_or_a_valid_table(recs, mangle):
 
 
 MODEL_SETTINGS = settings(max_examples=60, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **REPRODUCIBLE)
 
 
 def _write_run(folder: str, run: dict, results: list[dict], end: dict) -> Path:
@@ -141,6 +156,8 @@ def test_records_the_model_allows_are_read_and_read_alike(run, results, end):
 @MODEL_SETTINGS
 @given(run=model_records(model.RunRecord), results=st.lists(model_records(model.ResultRecord), min_size=1, max_size=3),
        end=model_records(model.EndRecord))
+@example(run=run_line("r0"), results=[result("allreduce", 8, 10.0, run_id="r0")],
+         end={"type": "end", "status": "complete", "reason": "", "results": 1})
 def test_any_record_of_the_model_s_types_is_refused_by_both_readers_or_read_by_both(run, results, end):
     """Records drawn from the model's types alone (their figures need not agree): both readers refuse the same
     file, naming a line of it, or both read it with the same rows."""
@@ -154,6 +171,7 @@ def test_any_record_of_the_model_s_types_is_refused_by_both_readers_or_read_by_b
                 assert "\n" not in str(exc) and f"{path}:" in str(exc), exc
                 outcomes.append("refused")
     event(f"outcome: {'refused' if outcomes[0] == 'refused' else 'read'}")
+    SEEN["model types", "refused" if outcomes[0] == "refused" else "accepted"] += 1
     assert outcomes[0] == outcomes[1]
 
 
@@ -185,14 +203,17 @@ tokens = st.one_of(st.integers(-(10 ** 40), 10 ** 40).map(str), st.floats().map(
 @given(rows=st.lists(st.tuples(st.integers(1, 1 << 20).map(str), *[st.floats(0, 1e6).map(repr)] * 3,
                                st.integers(1, 10 ** 6).map(str)).map(list), min_size=1, max_size=5)
        | st.lists(st.lists(tokens, min_size=1, max_size=6), max_size=5))
+@example(rows=[["8", "1.5", "1.2", "1.8", "1000"], ["1024", "3.25", "3.0", "3.5", "1000"]])
 def test_generated_omb_logs_give_a_clean_error_or_valid_records(rows):
     text = OMB_HEAD + "".join(" ".join(r) + "\n" for r in rows)
     try:
         runs, _ = omb.parse(text, "gen.log", 2, None)
         _import(runs)
         event("omb: imported")
+        SEEN["omb", "accepted"] += 1
     except UsageError as exc:
         event("omb: error")
+        SEEN["omb", "refused"] += 1
         assert "\n" not in str(exc) and str(exc).startswith("gen.log")
 
 
@@ -203,9 +224,26 @@ def test_generated_omb_logs_give_a_clean_error_or_valid_records(rows):
                                       st.sampled_from(["size", "count", "type", "redop", "root", "out_of_place",
                                                        "in_place"]), json_values | numbers), max_size=3),
                                   "args": st.just(["all_reduce_perf"])}))
+@example(doc={"config": {"devices": [{"rank": 0, "hostname": "a"}, {"rank": 1, "hostname": "a"}]},
+              "results": [{"size": 1048576, "count": 262144, "type": "float", "redop": "sum", "root": -1,
+                           **{side: {"time": 100.0, "alg_bw": 10.49, "bus_bw": 10.49, "nwrong": 0}
+                              for side in ("out_of_place", "in_place")}}],
+              "args": ["all_reduce_perf"]})
 def test_generated_nccl_json_gives_a_clean_error_or_valid_records(doc):
     try:
         run = nccl_tests.parse_json(json.dumps(doc), "gen.json", None, None, None)
         _import([run])
+        SEEN["nccl json", "accepted"] += 1
     except UsageError as exc:
+        SEEN["nccl json", "refused"] += 1
         assert "\n" not in str(exc) and str(exc).startswith(("gen.json", "nccl-tests"))
+
+
+def test_each_property_saw_inputs_accepted_and_refused():
+    """Each property above that ran in this session (file order) accepted some inputs and refused others: one
+    that refused everything, or accepted everything hostile, would pass its own test. The accepted ones include
+    an explicit well-formed example each (@example), so this holds on every draw."""
+    ran = {name for name, _ in SEEN}
+    if not ran:
+        pytest.skip("no property of this file ran before this test (run the file, not this test alone)")
+    assert all(SEEN[name, "accepted"] and SEEN[name, "refused"] for name in ran), SEEN

@@ -67,7 +67,7 @@ def test_mpi_thread_level_and_progress_variables_are_recorded(tmp_path):
 @pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_gloo_every_nonblocking_benchmark_checked(launcher, nranks, tmp_path):
-    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)")
     out = tmp_path / "r.jsonl"
     args = ["run", "--backend", "torch", *NONBLOCKING, "-m", "64,1K", "-i", "5", "-x", "1", "-c", "--num-tests", "2",
             "--out", str(out)]

@@ -16,6 +16,9 @@ from conftest import microbench, mpiexec_prefix, read_jsonl, run_process
 pytest.importorskip("reframe", reason="ReFrame-HPC is not installed (pip install 'ReFrame-HPC==4.10.4')")
 
 REFRAME = Path(sys.executable).with_name("reframe")
+REFRAME_LIMIT_S, EMIT_LIMIT_S = 400, 60  # one ReFrame session; one `check --emit-reframe-references`
+# the session fixture (4 emits and a ReFrame session) runs inside its first test's timeout: it must fit
+pytestmark = pytest.mark.timeout(REFRAME_LIMIT_S + 4 * EMIT_LIMIT_S + 60)
 PERFVAR_FIELDS = ("value", "unit", "ref", "lower", "upper", "result")
 
 CONFIG = """
@@ -194,7 +197,7 @@ MISMATCH_SPEC = '[[rule]]\nbenchmark = "allreduce"\nsizes = "8,2K"\ndtype = "flo
 def emit_references(tmp: Path, name: str, spec_text: str, scope: str = "local:default") -> str:
     spec = tmp / f"{name}.toml"
     spec.write_text(spec_text)
-    done = microbench("check", "--spec", str(spec), "--emit-reframe-references", scope)
+    done = microbench("check", "--spec", str(spec), "--emit-reframe-references", scope, timeout=EMIT_LIMIT_S)
     assert done.returncode == 0, done.output
     path = tmp / f"{name}.json"
     path.write_text(done.stdout)
@@ -231,7 +234,7 @@ def reframe(tmp: Path, cwd: Path, *options: str, report: str = "report.json"):
                         "--prefix", str(tmp / "out"), "--perflogdir", str(tmp / "perflogs"),
                         "--report-file", str(tmp / report), "--exec-policy", "serial", *options,
                         *([] if "--dry-run" in options else ["-r"])],
-                       timeout=400, env=env, cwd=cwd)
+                       timeout=REFRAME_LIMIT_S, env=env, cwd=cwd)
 
 
 def perflog_rows(folder: Path) -> dict[str, dict]:

@@ -159,7 +159,7 @@ from microbench.errors import UsageError  # noqa: E402
 
 TORCH = importlib.util.find_spec("torch") is not None
 BACKENDS = ["mpi", pytest.param("torch", marks=pytest.mark.skipif(
-    not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)"))]
+    not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)"))]
 
 
 #: (tp, pp, dp, cp, ep) -> group kinds of more than one rank, and shifts probed

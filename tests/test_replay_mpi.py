@@ -49,7 +49,7 @@ SCHEMES_ON_FOUR = [("ddp", {"dp": 4}, {"dp"}), ("zero3", {"dp": 4}, {"dp"}), ("t
                    ("pp", {"pp": 2, "dp": 2}, {"pp", "dp"})]
 TORCH = importlib.util.find_spec("torch") is not None
 BACKENDS = ["mpi", pytest.param("torch", marks=pytest.mark.skipif(
-    not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)"))]
+    not TORCH, reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)"))]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

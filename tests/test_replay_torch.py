@@ -11,7 +11,7 @@ import pytest
 from conftest import microbench, read_jsonl, run_process
 from test_replay_mpi import FAST, MODEL
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)")
 
 
 def _summary(result) -> dict:

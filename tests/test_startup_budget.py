@@ -100,7 +100,7 @@ def test_the_np_parent_loads_no_mpi_and_no_numpy(costs, run_launch, tmp_path):
     costs.count(command, env, tmp_path / "first.counts")  # the first --np launch loads MPI once to find mpiexec
     lines = costs.count(command, env, tmp_path / "parent.counts")
     parent = next(line for line in lines if line["rank"] == "-")
-    assert _hits(parent["modules"], ("numpy", "mpi4py.MPI", "msgspec", "microbench.records", "matplotlib")) \
+    assert _hits(parent["modules"], ("numpy", "mpi4py.MPI", "msgspec", "microbench.records.model", "matplotlib")) \
         == [], parent["modules"]
     assert (tmp_path / "r.jsonl").exists()
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import microbench, mpiexec, read_jsonl, results_of, run_process
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)")
 
 ALL = ["allreduce", "allgather", "reduce_scatter", "broadcast", "latency", "bw", "reduce", "alltoall", "bibw"]
 HAS_CUDA = torch.cuda.is_available()
@@ -289,3 +294,28 @@ def test_gloo_alltoallv_with_splits_checked(tmp_path):
     # 256 float32 per rank: zipf:1.2 rows 135 59 36 26 (rank 0 receives 4 x 135); hot:4: 256 x 4/7 = 146.3 and
     # 256/7 = 36.6, floors 146 36 36 36 leave 2 for the remainders of 0.57 (ties: the ranks after the sender)
     assert res[0]["recv_bytes"] == 4 * 4 * 135 and res[2]["recv_bytes"] == 4 * 4 * 146
+
+
+def test_sigterm_under_torchrun_leaves_no_failure_note(tmp_path):
+    """torchrun passes a SIGTERM to every worker: rank 0 closes the run as incomplete and exits, and rank 1's
+    collective then fails on the closed connection. That error comes from the stop, not a fault of rank 1's own:
+    it must not leave ``OUT.rank1.failed`` beside the records, where nothing would ever read it."""
+    out = tmp_path / "t.jsonl"
+    exe = shutil.which("torchrun")
+    proc = subprocess.Popen([exe, "--nproc-per-node=2", "--no-python", "microbench", "run", "--backend", "torch",
+                             "allreduce", "-m", "8:256M", "-i", "300", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.read_text().count('"type":"result"') >= 3):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no results appeared"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"], stderr
+    end = [json.loads(line) for line in out.read_text().splitlines()][-1]
+    assert end["type"] == "end" and end["status"] == "incomplete" and end["reason"].startswith("SIGTERM"), end

@@ -12,7 +12,7 @@ from microbench.workload.traces import read_traces
 
 from conftest import run_process
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)")
 
 JOB = r'''
 import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp

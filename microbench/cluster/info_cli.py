@@ -109,7 +109,8 @@ def main(args) -> int:
         backends = [b for b in ("gloo", "nccl", "mpi", "ucc") if t[b]]
         print(f"torch {t['version']}: backends {', '.join(backends) or 'none'}; CUDA devices {t['cuda_devices']}")
     else:
-        print("torch: not installed (pip install torch ml_dtypes, or pip install -e '.[torch]' in a checkout, for --backend torch)")
+        from microbench.cluster.torch_runtime import TORCH_INSTALL_HINT
+        print(f"torch: not installed, needed for --backend torch ({TORCH_INSTALL_HINT})")
     c = found["conditions"]
     print(f"THP: {c['thp']}, page size {c['page_size']} B, {c['cpus']} CPUs, "
           f"{buffers_fmt(c['mem_available_bytes'])} available")

@@ -14,6 +14,13 @@ from microbench.errors import RunError, UsageError
 
 TORCH_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "auto")
 
+#: The CPU build of torch (a few hundred MB): from PyTorch's own index. Plain ``pip install torch`` from PyPI is a
+#: CUDA build of several GB. The README, docs/torch-and-gpus.md, .ci/run, the error below and ``microbench info``
+#: all say it with these words (tests/test_docs.py checks).
+TORCH_CPU_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH_INSTALL_HINT = (f"CPU only: {TORCH_CPU_INSTALL} && pip install ml_dtypes; with CUDA: "
+                      f"pip install -e '.[torch]' (PyPI's torch is a CUDA build of several GB)")
+
 
 def import_torch():
     """torch and torch.distributed, or a clear error naming the extra to install."""
@@ -21,8 +28,7 @@ def import_torch():
         import torch
         import torch.distributed as dist
     except ImportError as exc:
-        raise RunError(f"--backend torch needs PyTorch ({exc}); pip install torch ml_dtypes (or pip install -e '.[torch]' in a checkout) "
-                       f"(pip install torch==<version> for a CPU-only build)") from exc
+        raise RunError(f"--backend torch needs PyTorch ({exc}); {TORCH_INSTALL_HINT}") from exc
     return torch, dist
 
 

@@ -2,15 +2,20 @@
 printed from it (``schema.json``, for other tools; needs ``jsonschema``, the ``test`` extra).
 
     python -m microbench.records.validate FILE.jsonl...   # one line per problem, exit 1 if any
+
+Exit 0: every record conforms; 1: problems, one line each; 2: bad input (a file missing) or jsonschema not
+installed, one line ``microbench: error: ...``.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import sys
 from pathlib import Path
 
+from microbench.errors import EXIT_BROKEN_PIPE, EXIT_USAGE, UsageError, printable
 from microbench.records import schema_path
 from microbench.records.files import as_results_file, lines
 from microbench.records.model import RECORD_TYPES
@@ -18,7 +23,11 @@ from microbench.records.model import RECORD_TYPES
 
 @functools.lru_cache(maxsize=1)
 def _validators() -> dict:
-    import jsonschema
+    try:
+        import jsonschema
+    except ImportError:
+        raise UsageError("checking records against schema.json needs jsonschema: pip install jsonschema "
+                         "(or pip install -e '.[test]' in a checkout)") from None
 
     schema = json.loads(__loader__.get_data(str(schema_path())))  # an install's file, or a zipapp's
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -65,7 +74,6 @@ def model_problems(path: str | Path) -> list[str]:
 
     from microbench.records import relations
     from microbench.records.reader import FOREIGN, decode_line
-    from microbench.errors import UsageError
 
     out = []
     for lineno, raw in lines(as_results_file(Path(path))):
@@ -85,10 +93,22 @@ def model_problems(path: str | Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = argv if argv is not None else sys.argv[1:]
-    found = [p for path in paths for p in (*model_problems(path), *file_problems(path))]
-    for p in found:
-        print(p)
+    parser = argparse.ArgumentParser(prog="python -m microbench.records.validate",
+                                     description="Check records files against the record model and schema.json.")
+    parser.add_argument("files", nargs="+", metavar="FILE.jsonl")
+    paths = parser.parse_args(argv).files
+    try:
+        _validators()
+        found = [p for path in paths for p in (*model_problems(path), *file_problems(path))]
+        for p in found:
+            print(printable(p))
+        sys.stdout.flush()
+    except UsageError as exc:
+        print(f"microbench: error: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        sys.stdout = None  # the reader went away: nothing more to print, not even at exit
+        return EXIT_BROKEN_PIPE
     return 1 if found else 0
 
 

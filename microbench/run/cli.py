@@ -49,6 +49,10 @@ def _check_before_ranks(args) -> None:
         raise UsageError(f"--np {args.np} is more than {most} ranks, {RANKS_PER_CPU} per CPU this process may use "
                          f"(at least {MIN_LOCAL_RANKS}): pass --oversubscribe to start them anyway")
     opts = RunOptions.from_args(args)
+    if opts.bisect:  # the ranks of --np share this host: bisection's nodes are its ranks
+        from microbench.run.diagnostics.bisection import check_node_count
+
+        check_node_count(args.np, "rank")
     FaultHooks.from_env(warn=False).check_usable(opts.timeout)
     preflight.validate_for_ranks(opts, args.np, args.np)
     preflight.preflight_local(opts)

@@ -80,7 +80,7 @@ def run(args, argv: list[str]) -> int:
         status, reason = "complete", ""
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc} (during {state.where})"
-        watchdog.leave_failure_note(opts.out, world.rank, reason)
+        watchdog.leave_failure_note(opts.out, state, reason)
         raise
     finally:
         guard.disarm()

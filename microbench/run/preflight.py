@@ -138,6 +138,11 @@ def validate_for_ranks(opts: RunOptions, nranks: int, local_ranks: int, transpor
     check_memory(opts, nranks, host_space(opts, local_ranks, transport))
 
 
+#: element types with a datatype in every MPI library (MPI-1's C types): the --np parent asks the library only
+#: about the others (float16, bfloat16), so an ordinary run's parent never loads libmpi and numpy
+EVERY_MPI_HAS = frozenset({"float32", "float64", "int32", "int64", "int8", "uint8"})
+
+
 def preflight_local(opts: RunOptions) -> None:
     """Checks the --np parent can make on this host before it starts any rank (the ranks check again).
 
@@ -152,6 +157,18 @@ def preflight_local(opts: RunOptions) -> None:
         from microbench.cluster.torch_runtime import resolve_backend
 
         resolve_backend(opts.torch_backend, opts.device)
+    else:  # an element type this MPI library has no datatype for (the ranks also probe its reductions)
+        dtypes = {name: dtype_for(opts, COLLECTIVES[name]) for name in opts.benchmarks}
+        if any(d.name not in EVERY_MPI_HAS for d in dtypes.values()):  # else no MPI loaded here (docs/startup.md)
+            from microbench.cluster.mpi_runtime import import_mpi
+            from microbench.measure.backends.mpi import datatype_refusal
+
+            MPI = import_mpi(initialize=False)
+            for name, dtype in dtypes.items():
+                why = datatype_refusal(MPI, dtype)
+                if why:
+                    raise UsageError(f"{name}: {why}")
+    check_writable(opts)  # as rank 0 will: a folder it cannot write to is refused before any rank starts
 
 
 def check_writable(opts: RunOptions) -> None:

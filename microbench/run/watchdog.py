@@ -42,6 +42,9 @@ class RunState:
         #: set by rank 0: writes the end record with (status, reason); must be safe to call once from any thread
         self.close_records: Callable[[str, str], None] | None = None
         self._closed = threading.Lock()
+        #: set when a signal or the watchdog is ending the run: an error the main thread raises after that (a
+        #: collective whose peer has exited) is a consequence of the stop, not a fault to report
+        self.stopping = threading.Event()
 
     def close(self, status: str, reason: str) -> None:
         if self.close_records and self._closed.acquire(blocking=False):
@@ -94,6 +97,7 @@ class Watchdog:
                     self._cond.wait(left)
                     continue
                 break
+        self.state.stopping.set()
         where = self.state.where
         _say(f"microbench: rank {self.state.rank}: timeout: {where} did not finish within {self.seconds:g} s "
              f"(--timeout); ending the job")
@@ -125,6 +129,7 @@ class SignalGuard:
 
     def _wait(self) -> None:
         signum = os.read(self._read, 1)[0]
+        self.state.stopping.set()
         name = signal.Signals(signum).name
         status, reason = "incomplete", f"{name} during {self.state.where}"
         if signum == signal.SIGTERM and self.state.rank == 0 and _several_ranks():
@@ -151,10 +156,13 @@ def failure_note(records: str | None, rank: int) -> str | None:
     return f"{records}.rank{rank}.failed" if records else None
 
 
-def leave_failure_note(records: str | None, rank: int, reason: str) -> None:
-    """A rank other than 0 that raises: say why beside the records before the job is aborted."""
-    path = failure_note(records, rank)
-    if path is None or rank == 0:
+def leave_failure_note(records: str | None, state: RunState, reason: str) -> None:
+    """A rank other than 0 that raises: say why beside the records before the job is aborted. Not when a signal
+    or the watchdog is already ending the run (``state.stopping``): rank 0 closes the records with that reason,
+    and under torchrun a SIGTERM makes the other ranks' collectives fail on rank 0's closed connection, an error
+    of the stop whose note nothing would ever read."""
+    path = failure_note(records, state.rank)
+    if path is None or state.rank == 0 or state.stopping.is_set():
         return
     try:
         with open(path, "w") as f:

@@ -81,9 +81,9 @@ class MPIBackend:
 
     def check_dtype(self, dtype, reduces: bool, op: str) -> str | None:
         """Why this MPI cannot run the dtype (None when it can), probed with a 1-element call."""
-        mpi_type = self.MPI._typedict.get(dtype.numpy.char) if dtype.numpy is not None else None
-        if mpi_type is None or mpi_type == self.MPI.DATATYPE_NULL:
-            return f"{dtype.name} has no MPI datatype in this library; use --backend torch for {dtype.name}"
+        missing = datatype_refusal(self.MPI, dtype)
+        if missing:
+            return missing
         if reduces:
             a = np.ones(1, dtype.numpy)
             b = np.zeros(1, dtype.numpy)
@@ -308,3 +308,12 @@ def _numpy_dtype(arr) -> np.dtype:
 
 def _elements(arr) -> int:
     return int(arr.numel()) if hasattr(arr, "numel") else int(arr.size)
+
+
+def datatype_refusal(MPI, dtype) -> str | None:
+    """Why the loaded MPI library has no datatype for DTYPE (None when it has one): needs mpi4py imported, not
+    MPI initialised, so the ``--np`` parent asks it before starting any rank."""
+    mpi_type = MPI._typedict.get(dtype.numpy.char) if dtype.numpy is not None else None
+    if mpi_type is None or mpi_type == MPI.DATATYPE_NULL:
+        return f"{dtype.name} has no MPI datatype in this library; use --backend torch for {dtype.name}"
+    return None

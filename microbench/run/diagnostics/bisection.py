@@ -54,13 +54,18 @@ class Plan:
     unit: str  #: "host" or "rank"
 
 
+def check_node_count(n: int, unit: str) -> None:
+    """A UsageError below ``MIN_NODES`` nodes (UNIT: "host", or "rank" where all ranks share one host)."""
+    if n < MIN_NODES:
+        raise UsageError(f"bisect needs at least {MIN_NODES} nodes ({unit}s); this job has {n}: "
+                         f"use the pairwise test (microbench run pairs) instead")
+
+
 def plan(nodes: Nodes, opts: RunOptions) -> Plan:
     """The participants of the search; a UsageError (on every rank alike) below ``MIN_NODES`` nodes or for a
     size that holds no whole element in some group."""
     n = len(nodes.leaders)
-    if n < MIN_NODES:
-        raise UsageError(f"bisect needs at least {MIN_NODES} nodes ({nodes.unit}s); this job has {n}: "
-                         f"use the pairwise test (microbench run pairs) instead")
+    check_node_count(n, nodes.unit)
     coll = COLLECTIVES[opts.bisect_benchmark]
     dtype = dtype_for(opts, coll)
     if any(plan_size(coll, opts.bisect_size, k, dtype, False) is None for k in range(2, n + 1)):
