@@ -61,8 +61,7 @@ OTHER_INPUTS = {
     "workload/traces/source.py": "opens a communication trace (plain or gzip)",
     # issue 45: the doctor
     "doctor/hosts.py": "an Open MPI / MPICH host file (the nodes a launch should reach)",
-    "doctor/network.py": "/sys facts of InfiniBand/RoCE ports",
-    "doctor/placement.py": "/sys facts of NUMA nodes, GPUs and NICs",
+    "doctor/sysfs.py": "/sys facts of InfiniBand/RoCE ports, NUMA nodes, GPUs and NICs (the network and placement layers)",
     "doctor/plane.py": "the doctor's own control-plane messages (one JSON object a line over TCP)",
     "doctor/rendezvous.py": "the coordinator's address file rank 0 publishes for the other ranks",
     "doctor/software.py": "/sys/module facts (the GPU driver's version)",

@@ -27,6 +27,7 @@ import time
 from collections import Counter
 
 from microbench.doctor.job import Job
+from microbench.doctor.sysfs import listdir as _listdir, read as _read
 from microbench.doctor.layers import BY_NAME, Finding, LayerResult, verdict
 
 LAYER = BY_NAME["network"]
@@ -110,19 +111,6 @@ def _state(text: str | None) -> str | None:
     return text.split(":", 1)[-1].strip() if text else None
 
 
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 # ------------------------------------------------------------------------------ what the libraries choose

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from microbench.doctor.job import Job
+from microbench.doctor.sysfs import listdir as _listdir, read as _read
 from microbench.doctor.layers import BY_NAME, Finding, LayerResult, ranks_phrase, verdict
 
 LAYER = BY_NAME["placement"]
@@ -170,18 +171,3 @@ def _crowded(host: str, sets: dict[int, set[int]]) -> list[Finding]:
                                f"({len(inside)} ranks on {len(cpus)} CPU(s)): they take turns on the cores",
                                host=host, ranks=inside))
     return out
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
