@@ -116,8 +116,10 @@ def test_overlapped_iterations_on_every_loop(world, mpi_lib, check):
                             backend.barrier(), lambda v: v, None)
         parts = m.parts_us
         assert parts.shape == (12, len(OVERLAP_PARTS)) and np.all(parts >= 0), loop.call_path
-        # overall is post + compute + tests + wait by construction (the same clock reads)
-        assert np.allclose(parts[:, 0], parts[:, 1:].sum(axis=1), atol=1e-3), loop.call_path
+        # overall is post + compute + tests + wait by construction (the same clock reads), each a whole number of
+        # nanoseconds converted from its own ticks: the four parts' conversions differ from the overall's by 4 ns
+        # at most (it failed at 1 ns on a 2 ns difference)
+        assert np.allclose(parts[:, 0], parts[:, 1:].sum(axis=1), rtol=0, atol=4.001e-3), loop.call_path
         assert m.target_us == 5.0 and m.calibration.chunks == 3 and m.kernel["name"] == "flops"
         assert m.check_errors == (0 if check else None)
         pool.close()
