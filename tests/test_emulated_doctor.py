@@ -17,6 +17,8 @@ way it happens, is named at its layer and at node2 alone, within 30 s of the doc
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import sys
 from pathlib import Path
@@ -31,6 +33,9 @@ from conftest import read_jsonl, run_process
 NODES, FAULTY = 4, "node2"
 RUN_LIMIT_S = 120  #: run_process's hang guard for one doctor launch
 WITHIN_S = 30  #: the issue's bound on naming a fault
+
+#: every layer passes; the torch layer (6) is skipped where torch is not installed (a newcomer's machine)
+HEALTHY = ["pass"] * 5 + ["pass" if importlib.util.find_spec("torch") else "skipped"] + ["pass"]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +79,7 @@ def test_a_healthy_cluster_passes_every_layer(cluster, tmp_path):
     done, rec = doctor_on(cluster, tmp_path)
     assert done.returncode == 0, done.output
     assert rec["verdict"] == "pass" and rec["hosts"] == cluster.hosts[:NODES]
-    assert [layer["status"] for layer in rec["layers"]] == ["pass"] * 7, done.output
+    assert [layer["status"] for layer in rec["layers"]] == HEALTHY, done.output
     network_ = rec["layers"][3]["details"]
     assert {c["gloo"] for c in network_["chosen"].values()} == {"emu0"}  # the node's own interface, not lo
     assert len(rec["layers"][6]["details"]["matrix_gbps"]) == NODES
@@ -85,7 +90,7 @@ def test_a_healthy_cluster_passes_under_the_launcher_with_two_ranks_a_node(clust
     done, rec = doctor_on(cluster, tmp_path, per_node=2, under_launcher=True)
     assert done.returncode == 0, done.output
     assert rec["ranks"] == 2 * NODES and rec["ranks_per_host"] == {h: 2 for h in cluster.hosts[:NODES]}
-    assert [layer["status"] for layer in rec["layers"]] == ["pass"] * 7, done.output
+    assert [layer["status"] for layer in rec["layers"]] == HEALTHY, done.output
     assert not list((tmp_path / "meet").glob("coordinator-*")), "rank 0 withdraws the address it published"
 
 
@@ -141,4 +146,4 @@ def test_a_throttled_link_is_named_at_the_bandwidth(cluster, tmp_path):
     with cluster.throttled(FAULTY, 50):
         done, rec = doctor_on(cluster, tmp_path)
     assert_named(done, rec, 7, f"{FAULTY}: its best pair moves")
-    assert [layer["status"] for layer in rec["layers"][:6]] == ["pass"] * 6  # slow, not broken
+    assert [layer["status"] for layer in rec["layers"][:6]] == HEALTHY[:6]  # slow, not broken
