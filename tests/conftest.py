@@ -24,6 +24,31 @@ for _name in [n for n in os.environ if n.startswith("MICROBENCH_TEST_")]:
     del os.environ[_name]
 
 
+# Under pytest-xdist (the README's `-n auto`) tests run in worker processes gw0, gw1, ... at once. torchrun's
+# rendezvous port (29500 unless --master-port; PET_MASTER_PORT sets its default) and the doctor's store port
+# (MASTER_PORT, else 29500) are fixed: each worker but the first gets its own, below the kernel's ephemeral range
+# (32768 and up), so no outgoing connection takes it.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit() and int(_WORKER[2:]) > 0:
+    for _name in ("PET_MASTER_PORT", "MASTER_PORT"):
+        os.environ.setdefault(_name, str(29500 + 10 * int(_WORKER[2:])))
+
+#: test modules that share a machine-wide resource run on one worker, one after another (pytest-xdist's
+#: ``--dist loadgroup``, set in pyproject.toml): the emulated cluster (a session fixture: five network namespaces,
+#: built once) and the test Slurm clusters. Every other module is a group of its own, so its module-scoped
+#: launches, shared by its tests, are made once.
+RUN_TOGETHER = {"test_emulated_*.py": "emulated cluster and Slurm", "test_slurm.py": "emulated cluster and Slurm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        name = item.path.name
+        group = next((g for pattern, g in RUN_TOGETHER.items() if fnmatch.fnmatch(name, pattern)), name)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 # ------------------------------------------------------------------------------ required groups
 #: test module (glob) -> the group of optional parts its tests need; every other module is "core"
 GROUPS = {"test_torch.py": "torch", "test_doctor_torch.py": "torch", "test_slurm.py": "slurm",
@@ -54,8 +79,10 @@ ALLOWED_SKIPS: dict[str, tuple[str, str]] = {
     "canaries.py::test_allowed_skip": ("canary: shows that an allowed skip stays a skip", r"^canary: allowed$"),
 }
 _EXEMPTING_MARKS = ("gpu", "may_skip")
-_PASSED = pytest.StashKey[dict]()  # required group -> tests passed
-_DESELECTED = pytest.StashKey[list]()  # node ids of deselected tests of required groups
+#: what the required-group check counts, in the process that reports (the one process, or under pytest-xdist the
+#: controller, which receives every worker's reports; a worker's deselections reach it at the worker's end)
+_COUNTS: dict = {"passed": {}, "deselected": set()}
+_DESELECTED_KEY = "microbench_deselected"  #: a worker's deselected node ids, in its workeroutput
 
 
 def group_of(path) -> str:
@@ -76,8 +103,8 @@ def pytest_configure(config):
     if REQUIRED - known:
         raise pytest.UsageError(f"MICROBENCH_REQUIRED_GROUPS names unknown groups {sorted(REQUIRED - known)}; "
                                 f"the groups are {sorted(known)}")
-    config.stash[_PASSED] = dict.fromkeys(sorted(REQUIRED), 0)
-    config.stash[_DESELECTED] = []
+    _COUNTS["passed"] = dict.fromkeys(sorted(REQUIRED), 0)
+    _COUNTS["deselected"] = set()
 
 
 def _skip_reason(report) -> str:
@@ -109,12 +136,14 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     group = group_of(item.path)
-    if group not in REQUIRED:
-        return
-    if report.skipped and not _allowed_skip(item, report):
+    if group in REQUIRED and report.skipped and not _allowed_skip(item, report):
         _required_skip(report, group)
-    elif report.passed and report.when == "call":
-        item.config.stash[_PASSED][group] += 1
+
+
+def pytest_runtest_logreport(report):
+    group = group_of(report.nodeid.split("::")[0])
+    if group in REQUIRED and report.passed and report.when == "call":
+        _COUNTS["passed"][group] += 1
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -126,15 +155,23 @@ def pytest_make_collect_report(collector):
 
 
 def pytest_deselected(items):
-    if items and REQUIRED:
-        items[0].config.stash[_DESELECTED].extend(i.nodeid for i in items if group_of(i.path) in REQUIRED)
+    if REQUIRED:
+        _COUNTS["deselected"].update(i.nodeid for i in items if group_of(i.path) in REQUIRED)
 
 
-def _required_group_problems(config) -> list[str]:
-    passed = config.stash.get(_PASSED, {})
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's, in the controller: a worker's deselections
+def pytest_testnodedown(node, error):
+    _COUNTS["deselected"].update(getattr(node, "workeroutput", {}).get(_DESELECTED_KEY, []))
+
+
+def _is_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _required_group_problems() -> list[str]:
     out = [f"required group '{g}' passed no test (MICROBENCH_REQUIRED_GROUPS): its modules were not collected, "
-           f"were deselected or all failed" for g, n in passed.items() if n == 0]
-    deselected = config.stash.get(_DESELECTED, [])
+           f"were deselected or all failed" for g, n in _COUNTS["passed"].items() if n == 0]
+    deselected = sorted(_COUNTS["deselected"])
     if deselected:
         out.append(f"{len(deselected)} tests of required groups deselected (-k, -m, --deselect, PYTEST_ADDOPTS), "
                    f"e.g. {deselected[0]}")
@@ -142,13 +179,17 @@ def _required_group_problems(config) -> list[str]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _required_group_problems(session.config) and exitstatus in (pytest.ExitCode.OK,
-                                                                  pytest.ExitCode.NO_TESTS_COLLECTED):
+    if _is_xdist_worker(session.config):  # the controller judges, from every worker's reports
+        session.config.workeroutput[_DESELECTED_KEY] = sorted(_COUNTS["deselected"])
+        return
+    if _required_group_problems() and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    problems = _required_group_problems(config)
+    if _is_xdist_worker(config):
+        return
+    problems = _required_group_problems()
     if problems:
         terminalreporter.section("required groups", sep="=", red=True, bold=True)
         for line in problems:

@@ -169,14 +169,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 
     def acceptance(self, workdir: Path, srun_mpi: str, sbatch_args: list[str], env: dict | None = None,
                    timeout: float = 600) -> tuple[str, str, Path]:
-        """Submit scripts/launch/acceptance.sbatch with small sizes, one repeat and a lenient spec (checked data,
+        """Submit scripts/launch/acceptance.sbatch with two small sizes (8 B and 1 KiB), one repeat and a lenient spec (checked data,
         8 B latency under 0.1 s), and wait for it: (job id, the job's log, its results folder)."""
         repo = Path(__file__).resolve().parent.parent
         spec = workdir / "spec.toml"
         spec.write_text('[[rule]]\nbenchmark = ["allreduce", "latency"]\nrequire_check = true\n'
                         '[[rule]]\nbenchmark = "latency"\nsizes = "8"\nmax_latency_us = 100000\n')
         out, log = workdir / "campaign", workdir / "job.out"
-        env = {**os.environ, **(env or {}), **self.env, "MB_OUT": str(out), "MB_SIZES": "8:1K", "MB_ITERS": "10",
+        env = {**os.environ, **(env or {}), **self.env, "MB_OUT": str(out), "MB_SIZES": "8,1K", "MB_ITERS": "10",
                "MB_REPEATS": "1", "MB_SPEC": str(spec), "MB_SRUN_MPI": srun_mpi, "MB_PYTHON": sys.executable}
         proc = subprocess.run(self.client(["sbatch", "--parsable", *sbatch_args, f"--chdir={repo}", f"--output={log}",
                                            str(repo / "scripts" / "launch" / "acceptance.sbatch")]),

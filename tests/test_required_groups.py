@@ -88,3 +88,18 @@ def test_gpu_tests_may_skip_where_their_group_is_required():
     # its skip is allowed; the run still fails, since the group passed no test
     assert "1 skipped" in out and "required group 'torch' skipped" not in out, out
     assert code == 1 and "required group 'torch' passed no test" in out, out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None,
+                    reason="pytest-xdist is not installed (the test extra has it)")
+def test_the_rules_hold_when_workers_run_the_tests():
+    """Under pytest-xdist (the README's `-n auto`) workers run the tests and the controller judges the groups from
+    their reports: a skip, a group that passes nothing and a deselection are each still a failure."""
+    code, out = _pytest(CANARIES, "-n", "2", required="canary", canary="skip-in-test")
+    assert code == 1 and "required group 'canary' skipped (MICROBENCH_REQUIRED_GROUPS): canary: skipped in the test" \
+        in out, out
+    code, out = _pytest(CANARIES, "-n", "2", required="canary,torch")
+    assert code == 1 and "2 passed" in out, out
+    assert "required group 'torch' passed no test" in out and "group 'canary' passed no test" not in out, out
+    code, out = _pytest(CANARIES, "-n", "2", "-k", "not test_allowed_skip", required="canary")
+    assert code == 1 and "1 tests of required groups deselected" in out and "canaries.py::test_allowed_skip" in out, out
