@@ -12,6 +12,7 @@ Debian's slurmctld, slurmd and slurm-client (and libpmix-dev for srun --mpi=pmix
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -65,6 +66,10 @@ class SlurmCluster:
         return [*self.on_node(self.host), *argv]
 
     def _write_conf(self) -> None:
+        """slurm.conf. Job ids start at a random number, not at 1 as in every fresh test cluster before: Open MPI
+        names its shared-memory segments (/dev/shm/sm_segment.HOST.UID.JOBID.RANK) after a hash of the job's
+        PMIx namespace, slurm.pmix.JOBID.STEP, so job 1 of one session met the segments job 1 of another left
+        behind (a killed job leaves them), and its ranks crashed in the shared-memory transport."""
         (self.root / "state").mkdir(parents=True, exist_ok=True)
         for name, _ in self.nodes:
             for d in ("spool", "tmp"):
@@ -86,6 +91,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
+FirstJobId={random.randrange(1000, 60_000_000)}
 StateSaveLocation={r}/state
 SlurmdSpoolDir={r}/spool-%n
 TmpFS={r}/tmp-%n
