@@ -263,3 +263,27 @@ def test_overlapped_calls_are_posted_and_waited_when_their_segment_ends(mpi):
     events.clear()
     executor.iteration(compute_only=True)
     assert events == []  # compute-only iterations issue nothing
+
+
+def test_the_check_finds_results_that_are_not_the_groups_the_schedule_names(mpi):
+    """``replay --check``'s verifier (issue 40) on a real one-rank MPI: every collective, blocking and posted, on the
+    communicator of the one rank the schedule names is right; where the schedule names a group of ranks (0, 1) but
+    the call ran on rank 0 alone, each reduction lacks rank 1's data and each gather its block: the elements are
+    reported wrong even when the communicator claims both ranks, and the communicator's ranks are reported when it
+    says it holds rank 0 only."""
+    from microbench.replay import verify
+
+    calls = [Call(c, BYTES, "dp", "forward", posted) for c in THROUGH_THE_TABLE for posted in (False, True)]
+    calls.append(Call("alltoallv", BYTES, "dp", "forward", False, parse(SPLITS[0])))
+    issued = _dispatcher(mpi, calls)
+    log, failures = verify.check(calls, issued, lambda kind: (0,), Layout(dp=1), 0)
+    assert failures == [] and sum(e["calls"] for e in log) == len(calls)
+    assert all(e["group_ranks"] == [0] and e["wrong_elements"] == 0 for e in log)
+
+    _, failures = verify.check(calls, issued, lambda kind: (0, 1), Layout(dp=2), 0)  # the data alone betrays it
+    wrong = {line.split(" (")[0].split()[-1] for line in failures if "element(s) wrong" in line
+             or "were expected" in line}
+    assert wrong == {"allreduce", "reduce", "allgather", "reduce_scatter", "alltoall", "alltoallv"}, failures
+    assert len(failures) == len(calls) - 2  # broadcast, blocking and posted: rank 0 is its root, its data is right
+    _, failures = verify.check(calls, issued, lambda kind: (0,), Layout(dp=2), 0)
+    assert len(failures) == len(calls) and all("ran on world ranks [0]" in f for f in failures)
