@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import microbench, mpiexec, read_jsonl
+from conftest import Completed, microbench, mpiexec, read_jsonl
 from microbench.benchmarks.splits import parse
 from microbench.replay.schedule import SEGMENT_OF_PHASE, Call, calls
 from microbench.workload.distribution import Workload
@@ -117,6 +117,7 @@ class Replayed:
     launch: Launch
     out: dict  #: the summary --json printed
     record: dict  #: the replay record --out wrote
+    result: Completed  #: the launch (exit 1: --check found wrong results)
 
 
 @pytest.fixture(scope="module", params=[_param(name) for name in LAUNCHES])
@@ -129,9 +130,10 @@ def replayed(request, tmp_path_factory) -> Replayed:
     else:
         result = microbench("replay", "--np", str(launch.ranks), "--backend", launch.backend,
                             *launch.arguments(out), timeout=launch.timeout)
-    summary = _replay(result)
+    # exit 1 with a record: --check found wrong results (the tests below say which); anything else ends here
+    assert result.returncode == 0 or (result.returncode == 1 and out.exists()), result.output
     (record,) = read_jsonl(out)
-    return Replayed(launch, summary, record)
+    return Replayed(launch, json.loads(result.stdout), record, result)
 
 
 # ------------------------------------------------------------------------------------------ what the schedule says
@@ -216,6 +218,7 @@ def test_the_data_landed_where_each_call_says(replayed):
     rank's shard of the sum; the named peer's data for a shift), on every rank."""
     check = replayed.record["check"]
     assert (check["failures"], check["failed"]) == (0, []), check["failed"]
+    assert replayed.result.returncode == 0, replayed.result.stderr
     assert all(e["wrong_elements"] == 0 for r in check["ranks"] for e in r["calls"])
     assert replayed.out["check"]["calls_checked"] == check["calls_checked"] > 0
 
