@@ -14,11 +14,12 @@ backend (a module-scoped fixture) serves every test of it.
 
 import importlib.util
 import json
+import shutil
 from dataclasses import dataclass
 
 import pytest
 
-from conftest import Completed, microbench, mpiexec, read_jsonl
+from conftest import Completed, microbench, mpiexec, read_jsonl, run_process
 from microbench.benchmarks.splits import parse
 from microbench.replay.schedule import SEGMENT_OF_PHASE, Call, calls
 from microbench.workload.distribution import Workload
@@ -64,7 +65,7 @@ class Launch:
     flags: tuple = ()
     routing: str = "uniform"
     micro_batch: int | None = None
-    under_mpiexec: bool = False  #: started by ``mpiexec -n N`` (conftest), not ``--np N``
+    launcher: str = "np"  #: np: ``replay --np N``; mpiexec: ``mpiexec -n N`` (conftest); torchrun: its 2 workers
     timeout: int = 120
 
     def workload(self) -> Workload:
@@ -98,13 +99,15 @@ def _launches(backend: str) -> dict[str, Launch]:
                                          micro_batch=1, timeout=300),
         f"cp2-dp2-{backend}": Launch(4, backend, "cp", {"cp": 2, "dp": 2}, CP2_DP2, LLAMA_MODEL, micro_batch=1,
                                      timeout=300),
-        f"ddp-dp2-{backend}": Launch(2, backend, "ddp", {"dp": 2}, {"dp": [(0, 1)]}),
         f"zero3-dp2-{backend}": Launch(2, backend, "zero3", {"dp": 2}, {"dp": [(0, 1)]}),
     }
 
 
+#: ddp on 2 ranks under each launcher instead of --np: plain mpiexec (MPI) and torchrun (torch.distributed)
 LAUNCHES = {**_launches("mpi"), **_launches("torch"),
-            "ddp-dp2-mpiexec": Launch(2, "mpi", "ddp", {"dp": 2}, {"dp": [(0, 1)]}, under_mpiexec=True)}
+            "ddp-dp2-mpiexec": Launch(2, "mpi", "ddp", {"dp": 2}, {"dp": [(0, 1)]}, launcher="mpiexec"),
+            "ddp-dp2-torchrun": Launch(2, "torch", "ddp", {"dp": 2}, {"dp": [(0, 1)]}, launcher="torchrun",
+                                       timeout=240)}
 
 
 def _param(name: str):
@@ -125,8 +128,13 @@ def replayed(request, tmp_path_factory) -> Replayed:
     """One checked launch of a layout (``--check --out``), shared by every test of it."""
     launch = LAUNCHES[request.param]
     out = tmp_path_factory.mktemp("replay") / "replay.jsonl"
-    if launch.under_mpiexec:
+    if launch.launcher == "mpiexec":
         result = mpiexec(launch.ranks, "replay", *launch.arguments(out), timeout=launch.timeout)
+    elif launch.launcher == "torchrun":
+        exe = shutil.which("torchrun")
+        assert exe, "torchrun is installed with torch"
+        result = run_process([exe, f"--nproc-per-node={launch.ranks}", "--no-python", "microbench", "replay",
+                              *launch.arguments(out)], timeout=launch.timeout)
     else:
         result = microbench("replay", "--np", str(launch.ranks), "--backend", launch.backend,
                             *launch.arguments(out), timeout=launch.timeout)
@@ -242,8 +250,10 @@ def test_each_scheme_replays_on_its_groups_with_the_prediction_beside(replayed):
         assert splits == {"zipf:1.2", "zipf:1.2/T"} and out["workload"]["routing"] == "zipf:1.2"
     if launch.scheme in ("cp", "pp"):
         assert {r["issued_as"][0] for r in out["per_call"] if r["collective"] == "send"} == {"shift"}
-    if launch.under_mpiexec:
-        assert out["workload"]["dp"] == 2 and replayed.record["launcher"] != "torchrun"
+    if launch.launcher == "torchrun":  # torch.distributed by default there, no MPI
+        assert replayed.record["launcher"] == "torchrun" and replayed.record["mpi"] is None
+    elif launch.launcher == "mpiexec":
+        assert replayed.record["launcher"] != "torchrun" and replayed.record["mpi"] is not None
 
 
 def assert_issued_as_scheduled(out: dict, schedule, sizes: dict) -> None:
