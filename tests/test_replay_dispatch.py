@@ -7,7 +7,8 @@ lacks cannot be replayed), and the executor posts overlapped calls. On 4 real ra
 mpiexec): every collective the replay issues, blocking and posted, all-to-all-v with a skewed split and its
 transpose (issue 42), the pipeline shift and the context-parallel ring's, on every group kind of tp 2 x dp 2,
 pp 2 x dp 2 and cp 2 x dp 2 with ep 2, on MPI and on torch.distributed's gloo, moves each rank's data to the ranks
-its layout group holds (the expectation comes from the layout, not from the communicator the call ran on).
+its layout group holds (the expectation comes from the layout, not from the communicator the call ran on); and
+``replay --check``'s verifier (issue 40), run over the same calls in the same launch, finds every one right.
 """
 
 from __future__ import annotations
@@ -141,6 +142,13 @@ def probe(backend: str, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> 
     for call in calls:
         failures += _check(call, issuer.issued(call), layout.group_of(world.rank, call.group), world.rank)
         issuer.barrier()
+    # replay --check's verifier (issue 40) over the same calls: it must find every one right, as the checks above do
+    from microbench.replay import verify
+
+    log, wrong = verify.check(calls, issuer.issued, issuer.ran_on, layout, world.rank)
+    failures += [f"replay --check: {line}" for line in wrong]
+    if sum(e["calls"] for e in log) != len(calls):
+        failures.append(f"replay --check logged {sum(e['calls'] for e in log)} calls of {len(calls)}")
     issuer.close()
     return failures
 
@@ -271,8 +279,10 @@ def test_the_check_finds_results_that_are_not_the_groups_the_schedule_names(mpi)
     the call ran on rank 0 alone, each reduction lacks rank 1's data and each gather its block: the elements are
     reported wrong even when the communicator claims both ranks, and the communicator's ranks are reported when it
     says it holds rank 0 only."""
+    from microbench.benchmarks import checkdata
     from microbench.replay import verify
 
+    assert np.array_equal(verify.data(5, 3, 200), checkdata.data(5, 3, 200))  # run --check's values, made faster
     calls = [Call(c, BYTES, "dp", "forward", posted) for c in THROUGH_THE_TABLE for posted in (False, True)]
     calls.append(Call("alltoallv", BYTES, "dp", "forward", False, parse(SPLITS[0])))
     issued = _dispatcher(mpi, calls)
