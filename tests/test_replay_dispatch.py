@@ -7,7 +7,8 @@ lacks cannot be replayed), and the executor posts overlapped calls. On 4 real ra
 mpiexec): every collective the replay issues, blocking and posted, all-to-all-v with a skewed split and its
 transpose (issue 42), the pipeline shift and the context-parallel ring's, on every group kind of tp 2 x dp 2,
 pp 2 x dp 2 and cp 2 x dp 2 with ep 2, on MPI and on torch.distributed's gloo, moves each rank's data to the ranks
-its layout group holds (the expectation comes from the layout, not from the communicator the call ran on).
+its layout group holds (the expectation comes from the layout, not from the communicator the call ran on); and
+``replay --check``'s verifier (issue 40), run over the same calls in the same launch, finds every one right.
 """
 
 from __future__ import annotations
@@ -141,6 +142,13 @@ def probe(backend: str, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> 
     for call in calls:
         failures += _check(call, issuer.issued(call), layout.group_of(world.rank, call.group), world.rank)
         issuer.barrier()
+    # replay --check's verifier (issue 40) over the same calls: it must find every one right, as the checks above do
+    from microbench.replay import verify
+
+    log, wrong = verify.check(calls, issuer.issued, issuer.ran_on, layout, world.rank)
+    failures += [f"replay --check: {line}" for line in wrong]
+    if sum(e["calls"] for e in log) != len(calls):
+        failures.append(f"replay --check logged {sum(e['calls'] for e in log)} calls of {len(calls)}")
     issuer.close()
     return failures
 
@@ -263,3 +271,29 @@ def test_overlapped_calls_are_posted_and_waited_when_their_segment_ends(mpi):
     events.clear()
     executor.iteration(compute_only=True)
     assert events == []  # compute-only iterations issue nothing
+
+
+def test_the_check_finds_results_that_are_not_the_groups_the_schedule_names(mpi):
+    """``replay --check``'s verifier (issue 40) on a real one-rank MPI: every collective, blocking and posted, on the
+    communicator of the one rank the schedule names is right; where the schedule names a group of ranks (0, 1) but
+    the call ran on rank 0 alone, each reduction lacks rank 1's data and each gather its block: the elements are
+    reported wrong even when the communicator claims both ranks, and the communicator's ranks are reported when it
+    says it holds rank 0 only."""
+    from microbench.benchmarks import checkdata
+    from microbench.replay import verify
+
+    assert np.array_equal(verify.data(5, 3, 200), checkdata.data(5, 3, 200))  # run --check's values, made faster
+    calls = [Call(c, BYTES, "dp", "forward", posted) for c in THROUGH_THE_TABLE for posted in (False, True)]
+    calls.append(Call("alltoallv", BYTES, "dp", "forward", False, parse(SPLITS[0])))
+    issued = _dispatcher(mpi, calls)
+    log, failures = verify.check(calls, issued, lambda kind: (0,), Layout(dp=1), 0)
+    assert failures == [] and sum(e["calls"] for e in log) == len(calls)
+    assert all(e["group_ranks"] == [0] and e["wrong_elements"] == 0 for e in log)
+
+    _, failures = verify.check(calls, issued, lambda kind: (0, 1), Layout(dp=2), 0)  # the data alone betrays it
+    wrong = {line.split(" (")[0].split()[-1] for line in failures if "element(s) wrong" in line
+             or "were expected" in line}
+    assert wrong == {"allreduce", "reduce", "allgather", "reduce_scatter", "alltoall", "alltoallv"}, failures
+    assert len(failures) == len(calls) - 2  # broadcast, blocking and posted: rank 0 is its root, its data is right
+    _, failures = verify.check(calls, issued, lambda kind: (0,), Layout(dp=2), 0)
+    assert len(failures) == len(calls) and all("ran on world ranks [0]" in f for f in failures)

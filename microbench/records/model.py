@@ -848,6 +848,40 @@ class ReplayRow(Block, kw_only=True):
     explained_by: list[str]
 
 
+# ---- issue 40: replay --check (each rank's log of the calls it issued, and their data checked)
+GroupKind = Literal["tp", "pp", "dp", "cp", "dp_cp", "ep", "etp", "edp", "tp_ep"]
+
+
+class ReplayLoggedCall(Block, kw_only=True):
+    """Consecutive identical calls one rank issued in the checked iteration, as it issued them."""
+
+    collective: str  #: the schedule's collective (send: the pipeline's or the ring's shift)
+    issued_as: str  #: the benchmark table's entry the call went through, or shift
+    group: GroupKind
+    group_ranks: list[Count]  #: world ranks of the communicator the call ran on, in its rank order (asked of it)
+    send_bytes: Bytes  #: bytes of the rank's send buffer (in place: the one buffer)
+    recv_bytes: Bytes  #: bytes of its receive buffer (in place: the same buffer; broadcast: 0)
+    dtype: str  #: element type of the buffers
+    calls: Positive  #: consecutive calls this entry stands for
+    wrong_elements: Count  #: elements of their results that differed from what the collective defines
+
+
+class ReplayRankLog(Block, kw_only=True):
+    rank: Count  #: world rank
+    calls: list[ReplayLoggedCall]  #: in the order the rank issued them
+
+
+class ReplayCheck(Block, kw_only=True):
+    """``replay --check``: one iteration's calls run again after the timed ones with known data, and checked."""
+
+    rule: str
+    calls_checked: Count  #: calls run and checked, over all ranks
+    failures: Count  #: of those, calls with a wrong result or on a communicator of other ranks
+    failed: Annotated[list[str], Meta(max_length=16)]  #: the first failures, one line each
+    ranks: list[ReplayRankLog]
+# ---- end of issue 40
+
+
 class ReplayRecord(Record, tag="replay", kw_only=True):
     """One replayed training iteration's communication against its prediction (``replay --out``)."""
 
@@ -890,6 +924,8 @@ class ReplayRecord(Record, tag="replay", kw_only=True):
     notes: list[str]
     # issue 39: the per-launch values kept apart from conditions
     per_launch: PerLaunch | UnsetType = UNSET
+    # issue 40: replay --check
+    check: ReplayCheck | UnsetType = UNSET
 
 
 # ------------------------------------------------------------------------------------------ doctor (issue 45)

@@ -88,6 +88,10 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=1, metavar="N",
                    help="untimed iterations first, the first reported on its own as the cold iteration (default 1)")
     g.add_argument("--iterations", type=int, default=3, metavar="N", help="timed iterations (default 3)")
+    g.add_argument("--check", action="store_true",
+                   help="after the timed iterations, run one iteration's calls once more with known data and "
+                        "check that each moved what its collective defines on the group the schedule names; "
+                        "the record carries every rank's log of the calls issued (exit 1 on a wrong result)")
     g.add_argument("--json", action="store_true", help="print JSON instead of a table")
     g.add_argument("--out", metavar="FILE.jsonl",
                    help="append a 'replay' record (the summary, prediction and comparison, with where and under "

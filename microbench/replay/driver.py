@@ -53,13 +53,20 @@ def replay(args, workload: Workload | None) -> int:
         plan, kernel = _plan(r, "cuda" if getattr(issuer, "cuda", False) else "cpu")
         executor = _executor(r, issuer, plan, kernel)
         timings = _iterations(r, issuer, executor)
+        checked = _checked(r, issuer, executor) if args.check else None
         result = _summary(r, issuer, executor, plan, kernel, timings)
     finally:
         issuer.close()
+    if checked is not None:
+        result["check"] = checked
     _write_record(r, result)
     if world.rank == 0:
         print(json.dumps(result, indent=2) if args.json else as_text(result), flush=True)
+    failures = world.reducer.bcast(checked["failures"] if checked else 0, root=0) if args.check else 0
     world.close()
+    if failures:
+        raise RunError(f"replay --check: {failures} call(s) did not move the data their collective defines on "
+                       "the group the schedule names (the record's check.failed lists them)")
     return 0
 
 
@@ -148,6 +155,19 @@ def _iterations(r: Replay, issuer, executor: Executor) -> summary.Timings:
     timed = [after_barrier() for _ in range(r.args.iterations)]
     compute_only = [after_barrier(True) for _ in range(r.args.iterations if r.compute_s else 0)]
     return summary.Timings(first, timed, compute_only, latencies)
+
+
+def _checked(r: Replay, issuer, executor: Executor) -> dict | None:
+    """``--check``: every rank's checked pass over one iteration's calls (``verify.py``), after the timed
+    iterations; the ``check`` block on rank 0, None elsewhere (collective on every rank)."""
+    from microbench.replay import verify
+
+    issuer.barrier()
+    ordered = executor.issued_in_order()
+    mine = verify.check(ordered, issuer.issued, issuer.ran_on, r.layout, r.world.rank)
+    issuer.barrier()
+    every = r.world.reducer.gather(mine, root=0)
+    return verify.summarize(every, len(ordered)) if r.world.rank == 0 else None
 
 
 def _summary(r: Replay, issuer, executor: Executor, plan: list[Step], kernel, t: summary.Timings) -> dict:

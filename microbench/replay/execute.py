@@ -42,6 +42,9 @@ class Issuer(Protocol):
     def world_max(self, value: float) -> float:
         """The largest ``value`` over the whole job (collective on every rank)."""
 
+    def ran_on(self, kind: str) -> tuple[int, ...]:
+        """The world ranks of this rank's communicator of ``kind`` (``replay --check``)."""
+
     def close(self) -> None:
         """Free the groups and the pool."""
 
@@ -150,6 +153,11 @@ class Executor:
                                (times.per_call_s, call.key)):
                 table[key] = table.get(key, 0.0) + s
         return times
+
+    def issued_in_order(self) -> list[Call]:
+        """The calls an iteration's operations issue, in the order they are posted or called (``replay --check``
+        walks these)."""
+        return [self.slots[arg] for kind, arg, _ in self._ops if kind in (_CALL, _POST)]
 
     def issued_calls(self) -> dict[CallKey, IssuedCalls]:
         """Per (collective, group, bytes): what an iteration issues (the calls its operations run)."""

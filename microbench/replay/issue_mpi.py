@@ -28,6 +28,11 @@ class MpiIssuer:
         self.issued = Dispatcher({kind: MPIBackend(comm, MPI) for kind, comm in self.comms.items()}, schedule,
                                  HostPool)
 
+    def ran_on(self, kind: str) -> tuple[int, ...]:
+        """The world ranks of this rank's communicator of ``kind``, in its rank order (asked of MPI)."""
+        comm = self.comms[kind]
+        return tuple(comm.Get_group().Translate_ranks(list(range(comm.Get_size())), self.world.Get_group()))
+
     def barrier(self) -> None:
         """A barrier over the whole job."""
         self.world.Barrier()

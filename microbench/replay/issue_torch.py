@@ -40,6 +40,7 @@ class TorchIssuer:
                                              bcast=lambda obj: world.reducer.bcast(obj, root=0))
         options = torch_runtime.group_options(self.name, index, dist.new_group)
         groups, self.control = {}, {}
+        self._groups = groups
         for kind in layout.kinds:
             for ranks in layout.groups(kind):
                 group = dist.new_group(ranks=list(ranks), backend=self.name, **options)
@@ -98,6 +99,10 @@ class TorchIssuer:
     def _sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
+
+    def ran_on(self, kind: str) -> tuple[int, ...]:
+        """The world ranks of this rank's process group of ``kind``, in its rank order (asked of torch)."""
+        return tuple(self.dist.get_process_group_ranks(self._groups[kind]))
 
     def barrier(self) -> None:
         """A barrier over the whole job."""

@@ -36,4 +36,8 @@ def as_text(s: dict) -> str:
         lines.append(f"  {row['what']:<18} {_ms(row['predicted_s']):>13} {_ms(row['replayed_s']):>12} {ratio:>7}  "
                      + "; ".join(row["explained_by"]))
     lines += [f"  note: {n}" for n in pred["notes"]]
+    if s.get("check"):  # issue 40: replay --check
+        c = s["check"]
+        lines.append(f"# check: {c['calls_checked']} call(s) over all ranks run again with known data, "
+                     f"{c['failures']} wrong" + "".join(f"\n  {line}" for line in c["failed"]))
     return "\n".join(lines)
