@@ -356,3 +356,77 @@ def test_bad_workload_files_are_one_line(tmp_path, doc, why):
     assert why in str(err.value) and str(err.value).startswith(str(tmp_path)) and "\n" not in str(err.value)
     with pytest.raises(UsageError, match="cannot read workload file"):
         sizes_for_benchmarks(str(tmp_path / "absent.json"))
+
+
+# ------------------------------------------------------------------------------ what each entry calls
+class _Backend:
+    """Records the primitive each entry's build calls, with its arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, primitive):
+        return lambda *args: self.calls.append((primitive, *args)) or primitive
+
+
+def test_each_entry_calls_its_primitive_with_its_buffers_and_context():
+    send, recv, ack = np.zeros(8), np.zeros(8), np.zeros(1)
+    b = Buffers(send, recv, ack)
+    out, inp = Context(1, 4, op="max", root=2), Context(1, 4, op="min", root=3, in_place=True)
+    p2p = Context(0, 4, peer=2, initiator=True, window=16)
+    expect = {
+        "allreduce": [("allreduce", send, recv, "max"), ("allreduce", None, recv, "min")],
+        "reduce": [("reduce", send, recv, "max", 2), ("reduce", None, recv, "min", 3)],
+        "allgather": [("allgather", send, recv), ("allgather", None, recv)],
+        "reduce_scatter": [("reduce_scatter", send, recv, "max"), ("reduce_scatter", None, recv, "min")],
+        "broadcast": [("broadcast", send, 2), ("broadcast", send, 3)],
+        "alltoall": [("alltoall", send, recv)] * 2,
+    }
+    for name, calls in expect.items():
+        for coll in (COLLECTIVES[name], COLLECTIVES["i" + name]):
+            be = _Backend()
+            coll.build(be, b, out)
+            coll.build(be, b, inp)
+            want = [(("i" if coll.nonblocking else "") + c[0], *c[1:]) for c in calls]
+            assert len(be.calls) == 2 and all(len(g) == len(w) for g, w in zip(be.calls, want)), name
+            for got, w in zip(be.calls, want):
+                assert got[0] == w[0] and all(x is y or x == y for x, y in zip(got[1:], w[1:])), (coll.name, got)
+    be = _Backend()
+    for name in ("latency", "bw", "bibw"):
+        COLLECTIVES[name].build(be, b, p2p)
+    assert [c[0] for c in be.calls] == ["pingpong", "stream", "stream"]
+    assert be.calls[0][1:] == (send, recv, 2, True) and be.calls[1][3] is ack
+    assert [c[4:] for c in be.calls[1:]] == [(2, True, 16, False), (2, True, 16, True)]  # bibw: both directions
+
+
+def test_the_values_a_benchmark_is_built_from_are_immutable_and_have_defaults():
+    c = Context(3, 8)
+    assert (c.op, c.root, c.in_place, c.window, c.peer, c.initiator, c.result_at_rank) == (
+        "sum", 0, False, 64, None, False, False)
+    assert Buffers(None, None).ack is None
+    for value, field in ((c, "rank"), (Buffers(None, None), "send"), (COLLECTIVES["bw"], "windowed")):
+        with pytest.raises(AttributeError):
+            setattr(value, field, 1)
+
+
+def test_the_benchmark_table_imports_without_numpy():
+    """The --np parent reads the table and never imports numpy (docs/startup.md): numpy is imported where the
+    arrays are made."""
+    import subprocess
+    import sys
+
+    code = ("import sys, microbench.benchmarks.table, microbench.benchmarks.dtypes, microbench.benchmarks.checkdata, "
+            "microbench.benchmarks.workload_sizes; print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_bfloat16_without_ml_dtypes_has_no_numpy_type(monkeypatch):
+    import sys
+
+    dtypes._numpy_dtype.cache_clear()
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes raises ImportError
+    try:
+        assert dtypes.DTYPES["bfloat16"].numpy is None and dtypes.DTYPES["float16"].numpy == np.dtype("float16")
+    finally:
+        dtypes._numpy_dtype.cache_clear()

@@ -54,12 +54,12 @@ def test_bandwidth_to_the_bit():
 
 
 def test_a_missing_latency_falls_back_to_the_recorded_figure_at_avg_only():
-    lat = [0.0, np.nan, -2.0, 4.0]
+    lat = [0.0, np.nan, -2.0, -0.5, 4.0]
     avg = _numbers(lat, stat="avg")
-    assert metrics.values(avg, "algbw", "avg").tolist() == [11.0, 11.0, 11.0, bandwidth_gbps(1e6, 4.0)]
-    assert metrics.values(avg, "busbw", "avg").tolist() == [22.0, 22.0, 22.0, bandwidth_gbps(1e6, 4.0) * 1.5]
+    assert metrics.values(avg, "algbw", "avg").tolist() == [11.0, 11.0, 11.0, 11.0, bandwidth_gbps(1e6, 4.0)]
+    assert metrics.values(avg, "busbw", "avg").tolist() == [22.0, 22.0, 22.0, 22.0, bandwidth_gbps(1e6, 4.0) * 1.5]
     got = metrics.values(_numbers(lat), "busbw", "p50")
-    assert np.isnan(got[:3]).all() and got[3] == bandwidth_gbps(1e6, 4.0) * 1.5
+    assert np.isnan(got[:4]).all() and got[4] == bandwidth_gbps(1e6, 4.0) * 1.5
     # 0 bytes over 0 us is no figure either
     assert np.isnan(metrics.values(_numbers([0.0], algbw_bytes=0.0), "algbw", "p50")).all()
 
@@ -96,13 +96,16 @@ def test_limit_problems():
         'applies to benchmark = "pairs" alone (the pairwise link test)'
     ratio = metrics.TABLE["skew"].limit_problem
     assert ratio(1, ()) is None and ratio(1.5, ()) is None
-    for bad in (0.999, 0, float("nan"), "2"):
-        assert ratio(bad, ()).startswith("must be a number of at least 1, a larger figure over a smaller one (got")
+    for bad in (0.999, 0, float("nan"), "2", "y" * 50):
+        assert ratio(bad, ()) == ("must be a number of at least 1, a larger figure over a smaller one "
+                                  f"(got {str(bad)[:40]})")
+    assert ratio("y" * 50, ()).endswith(f"(got {'y' * 40})")
     share = metrics.TABLE["peak_share"].limit_problem
     assert share(1, ()) is None and share(0.8, ()) is None and share(1e-12, ()) is None
-    for bad in (0, -0.5, 1.0000001, float("nan"), None):
+    for bad in (0, -0.5, 1.0000001, float("nan"), None, "z" * 50):
         assert share(bad, ()) == ("must be a share above 0 and at most 1, e.g. 0.8 for 80 % of the path's peak "
                                   f"(got {str(bad)[:40]})")
+    assert share("z" * 50, ()).endswith(f"(got {'z' * 40})")
     assert [n for n, m in metrics.TABLE.items() if m.limit_problem is pos] == ["latency", "busbw", "algbw",
                                                                               "first_call", "overlap"]
 
@@ -167,8 +170,12 @@ def test_one_record_s_numbers():
 ROW = dict(id="r", platform="P", what="ring", value=370.0, source="s")
 
 
-def test_the_shipped_table_loads_whole():
+def test_the_shipped_table_loads_whole_once_into_values():
     rows = expected.rows()
+    assert expected.rows() is rows  # read once per process
+    with pytest.raises(AttributeError):
+        rows[0].value = 1.0
+    assert hash(rows[0]) == hash(Row(**{f: getattr(rows[0], f) for f in rows[0].__dataclass_fields__}))
     assert len(rows) == 18 and len({r.id for r in rows}) == 18 and rows[0].id == "h100-sxm-nvlink-wire"
     assert {r.unit for r in rows if r.what == "latency"} == {"us"} and rows[0].unit == "GB/s"
 

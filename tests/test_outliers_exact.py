@@ -59,6 +59,9 @@ def test_the_mad_floor_is_five_percent_of_the_median():
 def test_a_zero_mad_flags_nothing_and_does_not_divide():
     found, rule = flag_outliers([0.0, 0.0, 0.0, 5.0], higher_is_worse=True)
     assert found == [] and rule["mad"] == 0.0
+    # z is 0 then, whatever the limit and the direction
+    assert flag_outliers([0.0, 0.0, 0.0, 5.0], True, z_limit=0.5)[0] == []
+    assert flag_outliers([0.0, 0.0, 0.0, -5.0], False, z_limit=0.5)[0] == []
 
 
 def test_a_value_exactly_at_the_limit_is_not_flagged():
@@ -83,8 +86,15 @@ def test_three_cells_are_enough():
     found, rule = outliers(_square(3), higher_is_worse=True)
     assert found == [] and rule["cells"] == 3 and rule["median"] == 2.0
     m = _square(3)
-    m[0][1] = m[0][2] = None
+    m[0][1] = None
+    assert outliers(m, True)[1] == {"median": None, "mad": None, "z_limit": 3.5, "cells": 2}
+    m[0][2] = None
     assert outliers(m, True)[1] == {"median": None, "mad": None, "z_limit": 3.5, "cells": 1}
+
+
+def test_an_outlier_is_a_value():
+    with pytest.raises(AttributeError):
+        Outlier(0, 1, 2.0, 5.0).z = 0.0
 
 
 def test_bandwidth_cells_are_judged_by_their_reciprocals():
@@ -97,6 +107,13 @@ def test_bandwidth_cells_are_judged_by_their_reciprocals():
     assert rule["median"] == 1.0 / 0.1 and rule["mad"] == 0.05 * 0.1
     assert rule["threshold"] == 1.0 / (0.1 + 3.5 * (0.05 * 0.1) / 0.6745)
     assert rule["mad_of"] == "the reciprocals of the cells" and rule["cells"] == 6
+
+
+def test_bandwidths_below_one_gb_s_are_live_links():
+    m = _square(4, 0.5)
+    m[0][1] = 0.1
+    found, rule = outliers(m, higher_is_worse=False)
+    assert rule["median"] == 0.5 and [(f.i, f.j) for f in found] == [(0, 1)]
 
 
 def test_a_dead_bandwidth_link_is_flagged():
@@ -174,6 +191,15 @@ def test_a_link_in_a_strict_majority_of_passes_is_flagged():
     assert out["outliers"] == [] and out["outlier_rule"]["passes_needed"] == 3
 
 
+def test_two_passes_must_both_flag():
+    labels = [f"n{i}" for i in range(5)]
+    split = [_slow_link(9.0), _square(5)]
+    out = flag_matrix(_slow_link(9.0), labels, True, repeats=split)
+    assert out["outliers"] == [] and (out["outlier_rule"]["passes"], out["outlier_rule"]["passes_needed"]) == (2, 2)
+    both = [_slow_link(9.0), _slow_link(8.0)]
+    assert [x["pair"] for x in flag_matrix(median_matrix(both), labels, True, repeats=both)["outliers"]] == [[1, 3]]
+
+
 def test_a_node_in_a_strict_majority_of_passes_is_flagged():
     def slow_node(value):
         m = _square(5)
@@ -181,9 +207,9 @@ def test_a_node_in_a_strict_majority_of_passes_is_flagged():
             m[2][j] = m[j][2] = value
         return m
     labels = [f"n{i}" for i in range(5)]
-    passes = [slow_node(9.0), slow_node(8.0), slow_node(7.0), _square(5)]
+    passes = [slow_node(9.0), slow_node(8.0), slow_node(7.3), _square(5)]
     out = flag_matrix(median_matrix(passes), labels, True, repeats=passes)
-    assert out["node_outliers"] == [{"index": 2, "label": "n2", "row_median": 7.5, "z": round(0.6745 * 5.5 / 0.1, 2)}]
+    assert out["node_outliers"] == [{"index": 2, "label": "n2", "row_median": 7.65, "z": 38.11}]
     assert out["node_outlier_rule"]["statistic"] == "the same rule over each participant's row median"
     assert (out["node_outlier_rule"]["passes"], out["node_outlier_rule"]["passes_needed"]) == (4, 3)
     passes[2] = _square(5)
