@@ -114,7 +114,8 @@ def _record(check):
 def test_the_table_s_header_and_row_line_up():
     assert overlap_stats.header() == TABLE[0]
     assert overlap_stats.row(_record("fail")) == TABLE[1]
-    ends = lambda line: [i + 1 for i in range(len(line)) if line[i] != " " and (i + 1 == len(line) or line[i + 1] == " ")]  # noqa: E731
+    def ends(line):
+        return [i + 1 for i, ch in enumerate(line) if ch != " " and (i + 1 == len(line) or line[i + 1] == " ")]
     assert ends(TABLE[0])[1:] == ends(TABLE[1])  # after the header's '#', every column ends where its value does
 
 
