@@ -33,20 +33,42 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit() and int(_WORKER[2:]) > 0:
     for _name in ("PET_MASTER_PORT", "MASTER_PORT"):
         os.environ.setdefault(_name, str(29500 + 10 * int(_WORKER[2:])))
 
-#: test modules that share a machine-wide resource run on one worker, one after another (pytest-xdist's
-#: ``--dist loadgroup``, set in pyproject.toml): the emulated cluster (a session fixture: five network namespaces,
-#: built once) and the test Slurm clusters. Every other module is a group of its own, so its module-scoped
-#: launches, shared by its tests, are made once.
+#: test modules that share a machine-wide resource run on one worker, one after another: the emulated cluster
+#: (a session fixture: five network namespaces, built once) and the test Slurm clusters. Every other module is a
+#: group of its own, so the launches its tests share (module-scoped fixtures) are made once.
 RUN_TOGETHER = {"test_emulated_*.py": "emulated cluster and Slurm", "test_slurm.py": "emulated cluster and Slurm"}
+#: the longest groups (a minute or more of launches each on a 2-core VM), handed to the workers first so that no
+#: worker is left running one of them while the others are done; the rest follow in their usual order
+LONGEST_FIRST = ("emulated cluster and Slurm", "test_replay_mpi.py", "test_hostile_findings.py", "test_torch.py",
+                 "test_overlap_launch.py", "test_reframe.py", "test_run_mpi.py", "test_doctor.py")
+
+
+def dist_group(path) -> str:
+    """The group of workers' work a test module belongs to (its file name, or its RUN_TOGETHER group)."""
+    name = Path(str(path)).name
+    return next((g for pattern, g in RUN_TOGETHER.items() if fnmatch.fnmatch(name, pattern)), name)
 
 
 def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        name = item.path.name
-        group = next((g for pattern, g in RUN_TOGETHER.items() if fnmatch.fnmatch(name, pattern)), name)
-        item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its order is the order the groups are handed out
+        rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(dist_group(item.path), len(rank)))  # stable: each keeps its order
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduling by file (``--dist loadfile``, pyproject.toml), with RUN_TOGETHER's files one unit
+    and the units handed out in collection order (LONGEST_FIRST), not by their number of tests."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return dist_group(nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False
+    return ByGroup(config, log)
 
 
 # ------------------------------------------------------------------------------ required groups

@@ -130,9 +130,12 @@ def test_a_rank_that_stalls_at_mpi_init_is_named(cluster, tmp_path):
 
 
 def test_a_port_blocked_on_a_node_is_named_at_the_network(cluster, tmp_path):
-    with cluster.port_blocked(FAULTY, network.DEFAULT_STORE_PORT):
+    # the doctor's store port: MASTER_PORT, else torchrun's default (tests/conftest.py gives each pytest-xdist
+    # worker but the first a MASTER_PORT of its own)
+    port = int(os.environ.get("MASTER_PORT") or network.DEFAULT_STORE_PORT)
+    with cluster.port_blocked(FAULTY, port):
         done, rec = doctor_on(cluster, tmp_path)
-    assert_named(done, rec, 4, f"{FAULTY} cannot reach the rendezvous node0:{network.DEFAULT_STORE_PORT}")
+    assert_named(done, rec, 4, f"{FAULTY} cannot reach the rendezvous node0:{port}")
     assert "a firewall drops it" in rec["layers"][3]["summary"]
 
 
