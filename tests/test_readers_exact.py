@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-import msgspec
 import numpy as np
 import pytest
 from fixtures.gate.synth import pairs_result, private_index, result, run_line, write_run
