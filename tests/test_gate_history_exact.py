@@ -122,3 +122,59 @@ def test_a_split_is_placed_within_three_candidates_of_the_most_significant():
     seg = np.array([1.0] * 8 + [5.0] * 4)  # the best fit splits at 8: candidate 5, four from candidate 1
     assert steps._place(steps._Halves(seg), np.arange(3, 10), 1) == 4
     assert steps._place(steps._Halves(seg), np.arange(3, 10), 2) == 5
+
+
+def _rank_scores(seg: list[float], min_segment: int = 3) -> dict[int, float]:
+    """The Mann-Whitney normal score |U - k m / 2| / sqrt(k m (n + 1) / 12) of each split k (m = n - k runs
+    after it), U counted pair by pair (a tie a half): the order in which ``best_split`` tries splits."""
+    n, out = len(seg), {}
+    for k in range(min_segment, n - min_segment + 1):
+        m = n - k
+        u = sum((r > e) + 0.5 * (r == e) for r in seg[k:] for e in seg[:k])
+        out[k] = abs(u - k * m / 2) / math.sqrt(k * m * (n + 1) / 12)
+    return out
+
+
+@pytest.mark.parametrize("first,second,levels,n", [
+    (4, 7, (10.0, 20.0, 50.0), 12),  # scores 2.9 and 2.97 (whole parts equal: a floored score ties them)
+    (3, 17, (10.0, 30.0, 20.0), 28),  # k m odd at one of them: a floored mean moves its score
+    (12, 25, (10.0, 5.0, 15.0), 28),  # a floored variance moves one score more than another
+])
+def test_of_two_steps_close_in_significance_the_more_significant_is_taken_first(first, second, levels, n):
+    seg = [levels[0]] * first + [levels[1]] * (second - first) + [levels[2]] * (n - second)
+    scores = _rank_scores(seg)
+    top = max(scores.values())
+    best = min(k for k, score in scores.items() if score > top - 1e-12)  # of equal scores, the earliest
+    assert best in (first, second)
+    split, p, test = steps.best_split(np.array(seg), 0.05, 0.05, 3)
+    assert (split, test) == (best, steps.RANK) and p <= 0.05
+
+
+def test_a_long_series_of_many_judged_takes_its_most_significant_split_first():
+    # 2,500 runs, one step of 20 % at the middle, judged as one of 100,000 series: the two splits leaving 3 runs
+    # on a side cannot reach the level by ranks (t on logs judges them), so splits are tried in the order of
+    # their normal p, which underflows to 0 at 292 middle splits: among those the highest score goes first,
+    # the true step (the lowest first adds a false step 138 runs after it)
+    n = 2500
+    values = np.r_[np.full(n // 2, 10.0), np.full(n - n // 2, 12.0)] * (1 + 0.02 * np.sin(np.arange(n) * 0.7))
+    found = steps.detect(values, series=100_000)
+    assert [(s.index, s.test) for s in found] == [(n // 2, steps.RANK)]
+
+
+def test_a_split_ranks_can_just_reach_is_judged_by_ranks():
+    # 4 runs against 4: complete separation has p = 2 / C(8, 4) = 2/70; with alpha 3 x 2/70 over the 3 split
+    # points, the middle split's level is 2/70 to the bit, so ranks can reach it and judge it (t only where
+    # ranks cannot reach the level at all)
+    alpha = 3 * (2 / 70)
+    assert ranktest.smallest_p(4, 4) == alpha / 3
+    found, = steps.detect([10.0, 10.1, 10.2, 10.3, 20.0, 20.1, 20.2, 20.3], alpha=alpha)
+    assert (found.index, found.test) == (4, steps.RANK) and found.p == pytest.approx(alpha, rel=1e-12, abs=0)
+
+
+def test_a_tied_split_of_exactly_the_exact_limit_is_counted_exactly():
+    # 100 runs against 100 (10,000 pairs, the exact count's limit), ties within each side, none across: the exact
+    # p of complete separation, 2 / C(200, 100), where the normal approximation would underflow to 0
+    left = np.array(([9.0, 10.0, 11.0] * 34)[:100])
+    found, = steps.detect(np.r_[left, left + 3])
+    assert 100 * 100 == ranktest.EXACT_LIMIT and (found.index, found.test) == (100, steps.RANK)
+    assert found.p == pytest.approx(2 / math.comb(200, 100) * steps.split_points(200), rel=1e-9, abs=0)
