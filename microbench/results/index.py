@@ -47,7 +47,7 @@ from microbench.results.parts import NUMBERS, FilePart, PartMaker
 from microbench.results.scan import RUN_PATHS, ScanNotes, decode_file, result_paths
 
 #: the entry layout; entries of another layout, schema, set of key fields or of numbers read are never read
-FORMAT = 10  #: 10: the machine state of run and end lines (issue 39); 9: the record model (relations checked, records attached by run id, outliers recomputed, ctime)
+FORMAT = 11  #: 11: an orphan run's id made printable; 10: the machine state of run and end lines (issue 39); 9: the record model (relations checked, records attached by run id, outliers recomputed, ctime)
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FilePart)
 PARALLEL_FROM = 8  #: files left to read, from the first one not in the index, that start the workers

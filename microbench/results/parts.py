@@ -168,7 +168,7 @@ def _attach(records: list) -> tuple[list[dict], list, list, list, list[int], int
         nonlocal orphans
         owner = by_id.get(run_id)
         if owner is None:
-            owner = by_id[run_id] = new_run({"run_id": run_id, "orphan": True})
+            owner = by_id[run_id] = new_run(clean({"run_id": run_id, "orphan": True}))  # no control characters
             orphans += 1
         return owner
 
