@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -26,12 +27,14 @@ for _name in [n for n in os.environ if n.startswith("MICROBENCH_TEST_")]:
 
 # Under pytest-xdist (the README's `-n auto`) tests run in worker processes gw0, gw1, ... at once. torchrun's
 # rendezvous port (29500 unless --master-port; PET_MASTER_PORT sets its default) and the doctor's store port
-# (MASTER_PORT, else 29500) are fixed: each worker but the first gets its own, below the kernel's ephemeral range
-# (32768 and up), so no outgoing connection takes it.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _WORKER.startswith("gw") and _WORKER[2:].isdigit() and int(_WORKER[2:]) > 0:
+# (MASTER_PORT, else 29500) are fixed: each worker gets its own, from the session's id (another session on the same
+# machine, a CI run beside a developer's, gets others 89 times in 90), in 20000..28999, below the kernel's ephemeral
+# range (32768 and up) so that no outgoing connection takes it.
+_WORKER, _SESSION = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
+    _base = 20000 + 100 * (int(hashlib.sha256(_SESSION.encode()).hexdigest(), 16) % 90)  # 100 workers apart
     for _name in ("PET_MASTER_PORT", "MASTER_PORT"):
-        os.environ.setdefault(_name, str(29500 + 10 * int(_WORKER[2:])))
+        os.environ.setdefault(_name, str(_base + int(_WORKER[2:]) % 100))
 
 #: test modules that share a machine-wide resource run on one worker, one after another: the emulated cluster
 #: (a session fixture: five network namespaces, built once) and the test Slurm clusters. Every other module is a

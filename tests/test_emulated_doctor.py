@@ -131,7 +131,7 @@ def test_a_rank_that_stalls_at_mpi_init_is_named(cluster, tmp_path):
 
 def test_a_port_blocked_on_a_node_is_named_at_the_network(cluster, tmp_path):
     # the doctor's store port: MASTER_PORT, else torchrun's default (tests/conftest.py gives each pytest-xdist
-    # worker but the first a MASTER_PORT of its own)
+    # worker a MASTER_PORT of its own)
     port = int(os.environ.get("MASTER_PORT") or network.DEFAULT_STORE_PORT)
     with cluster.port_blocked(FAULTY, port):
         done, rec = doctor_on(cluster, tmp_path)
