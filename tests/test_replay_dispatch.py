@@ -150,6 +150,7 @@ def probe(backend: str, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1) -> 
     if sum(e["calls"] for e in log) != len(calls):
         failures.append(f"replay --check logged {sum(e['calls'] for e in log)} calls of {len(calls)}")
     issuer.close()
+    world.close()  # as replay does: torch's groups destroyed before exit (left to exit, gloo aborted once under load)
     return failures
 
 
