@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from microbench.benchmarks import checkdata
 from microbench.benchmarks.checkdata import POISON
 from microbench.replay.dispatch import RING_GROUPS
 from microbench.replay.layout import Layout
@@ -42,13 +43,13 @@ CHECK_RULE = ("--check: after the timed iterations every call of one iteration r
               "the previous (forward) or next (backward) stage's data; the communicator's ranks asked of it")
 
 MAX_FAILURES_LISTED = 16  #: failure lines kept in the record (the count covers all)
+PERIOD = 61  #: checkdata.data's values repeat every 61 elements (they are taken modulo 61)
 
 
 def data(src: int, k: int, n: int) -> np.ndarray:
     """``benchmarks.checkdata.data(src, k, n)``, the values 1..61 by position that ``run --check`` sends, made by
-    tiling one period of 61 (int32): the same values, at memory speed for calls of millions of elements."""
-    start = (src * 7 + k * 3) % 61
-    return np.resize(np.arange(start, start + 61, dtype=np.int32) % 61 + 1, n)
+    tiling its first period of 61 (int32): the same values, at memory speed for calls of millions of elements."""
+    return np.resize(checkdata.data(src, k, PERIOD).astype(np.int32), n)
 
 
 def _get(buffer) -> np.ndarray:
