@@ -46,10 +46,16 @@ LONGEST_FIRST = ("emulated cluster and Slurm", "test_replay_mpi.py", "test_hosti
                  "test_overlap_launch.py", "test_reframe.py", "test_run_mpi.py", "test_doctor.py")
 
 
+def _matching(path, table: dict[str, str], default: str | None = None) -> str:
+    """The value of the first glob in ``table`` that a test module's file name matches; else ``default`` (its
+    file name where None)."""
+    name = Path(str(path)).name
+    return next((value for pattern, value in table.items() if fnmatch.fnmatch(name, pattern)), default or name)
+
+
 def dist_group(path) -> str:
     """The group of workers' work a test module belongs to (its file name, or its RUN_TOGETHER group)."""
-    name = Path(str(path)).name
-    return next((g for pattern, g in RUN_TOGETHER.items() if fnmatch.fnmatch(name, pattern)), name)
+    return _matching(path, RUN_TOGETHER)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -112,8 +118,7 @@ _DESELECTED_KEY = "microbench_deselected"  #: a worker's deselected node ids, in
 
 def group_of(path) -> str:
     """The group a test module belongs to (see GROUPS)."""
-    name = Path(str(path)).name
-    return next((group for pattern, group in GROUPS.items() if fnmatch.fnmatch(name, pattern)), "core")
+    return _matching(path, GROUPS, "core")
 
 
 def skip_key(item) -> str:
