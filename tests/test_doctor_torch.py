@@ -12,7 +12,7 @@ import pytest
 
 from conftest import read_jsonl, run_process
 
-pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 ml_dtypes)")
+pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install ml_dtypes)")
 
 RUN_LIMIT_S = 120
 

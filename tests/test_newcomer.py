@@ -32,6 +32,10 @@ def test_the_torch_install_advice_is_the_same_everywhere():
         assert TORCH_CPU_INSTALL in text, path
         # the advice that pulled 16 CUDA wheels from PyPI
         assert "pip install torch==2.13.0 ml_dtypes" not in text and "CPU only and small" not in text, path
+    # nor in a test's skip reason, which a newcomer without torch reads (test_doctor_torch.py gave it)
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        if path.name != "test_newcomer.py":
+            assert "pip install torch==2.13.0 ml_dtypes" not in path.read_text(), path.name
     for block in ("README.md", "docs/torch-and-gpus.md"):  # the torch block's second line: the CPU build
         assert f"{TORCH_CPU_INSTALL} && pip install ml_dtypes   # CPU only" in (REPO / block).read_text(), block
     hidden = ("import sys; sys.modules['torch'] = None; sys.argv = ['microbench', 'info']; "
