@@ -211,6 +211,23 @@ def test_power_of_the_central_t_is_its_tail():
     assert power.noncentral_power(0.0, tdist.quantile(0.975, 10), 10) == pytest.approx(0.025, abs=5e-4)
 
 
+@pytest.mark.parametrize("c", [0.5, 1.0, 3.0, 10.0, 30.0])
+def test_power_at_one_and_two_degrees_of_freedom_is_the_closed_form_tail(c):
+    """Two runs a side can leave Welch 1 to 2 degrees of freedom: P(T > c) is 1/2 - atan(c) / pi at 1 (Cauchy)
+    and 1/2 - c / (2 sqrt(2 + c^2)) at 2. A midpoint rule on V, whose density is unbounded at 0 there, gave 0.229
+    for 0.25 at c = 1 and 0.002 for 0.032 at c = 10."""
+    assert power.noncentral_power(0.0, c, 1) == pytest.approx(0.5 - math.atan(c) / math.pi, abs=5e-4)
+    assert power.noncentral_power(0.0, c, 2) == pytest.approx(0.5 - c / (2 * math.sqrt(2 + c * c)), abs=5e-4)
+
+
+@pytest.mark.parametrize("df", [1e4, 1e7])
+def test_power_at_many_degrees_of_freedom_is_the_normal_tail(df):
+    """With df large V / df is 1: P(T > c) for noncentrality s is Phi(s - c), the grid still on the chi's peak."""
+    for shift in (0.0, 1.0, 3.0, 5.0):
+        assert power.noncentral_power(shift, 2.0, df) == pytest.approx(
+            0.5 * math.erfc((2.0 - shift) / math.sqrt(2)), abs=2e-3)
+
+
 def test_a_flat_side_detects_any_change_past_the_threshold_and_none_within():
     thr = math.log(1.05)
     assert power.detection_probability(0.1, 0.0, 4, 1, 0.05, thr) == 1.0

@@ -67,23 +67,22 @@ def _normal_cdf(y: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _chi_grid(df: float) -> tuple[np.ndarray, np.ndarray]:
-    """sqrt(V / df) at the 400 midpoints of [0, df + 14 sqrt(2 df) + 20] and the chi-square(df) density's weights
-    there (normalised by their sum)."""
-    top = df + 14 * math.sqrt(2 * df) + 20
-    v = (np.arange(400) + 0.5) * (top / 400)  # midpoints: the density of df < 2 is unbounded at 0
-    log_density = -(df / 2) * math.log(2) - math.lgamma(df / 2) + (df / 2 - 1) * np.log(v) - v / 2
-    weights = np.exp(log_density)
-    mass = float(weights.sum())
-    return np.sqrt(v / df), (weights / mass if mass > 0 else weights)
+    """sqrt(V / df) at the 400 midpoints of u = sqrt(V) in [max(0, sqrt(df) - 10), sqrt(df) + 10] (the chi
+    distribution's sd is below 0.8 at every df) and the chi(df) density's weights there, u^(df - 1) exp(-u^2 / 2),
+    normalised by their sum. On u the density is bounded at 0 for every df >= 1; on V it is unbounded below 2 df,
+    where a midpoint rule on V missed a tenth of P(T > c) at 1 df."""
+    lo = max(0.0, math.sqrt(df) - 10)
+    u = lo + (np.arange(400) + 0.5) * ((math.sqrt(df) + 10 - lo) / 400)
+    log_density = (df - 1) * np.log(u) - u * u / 2
+    weights = np.exp(log_density - log_density.max())  # relative to the peak: no underflow at large df
+    return u / math.sqrt(df), weights / weights.sum()
 
 
 def noncentral_power(shift: float, c: float, df: float) -> float:
     """P(T > c) for a noncentral t with ``df`` degrees of freedom and noncentrality ``shift``: the mean over
-    V ~ chi-square(df) of Phi(shift - c sqrt(V / df)), by the midpoint rule on 400 points, normalised by the
-    density's mass there."""
+    V ~ chi-square(df) of Phi(shift - c sqrt(V / df)), by the midpoint rule on 400 points of sqrt(V), normalised
+    by the density's mass there."""
     scale, weights = _chi_grid(float(df))
-    if not weights.any():
-        return 0.0
     return min(1.0, float(np.dot(weights, _normal_cdf(shift - c * scale))))
 
 
